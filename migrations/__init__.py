@@ -1,0 +1,1 @@
+"""prunestore's Alembic migrations; installed as ``prunestore.migrations``."""

@@ -1,0 +1,53 @@
+"""prunestore: a persistent, incremental prompt-pruning store for LLM chat sessions.
+
+Messages go in with `PruneStore.append`; `PruneStore.live` says what goes into
+the next prompt. `prune` is the same decision as a pure function over a list
+of messages, and the oracle the store is checked against.
+"""
+
+from .errors import (
+    DatabaseError,
+    DuplicateMessageError,
+    InvalidMessageError,
+    InvalidPolicyError,
+    MessageNotFoundError,
+    PolicyMismatchError,
+    PruneStoreError,
+    SessionNotFoundError,
+    TurnOrderError,
+)
+from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
+from .prune import PruneResult, prune
+from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .store import PruneStore
+from .text import count_tokens, normalize
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Message",
+    "StoredMessage",
+    "Policy",
+    "ROLES",
+    "VERDICTS",
+    "prune",
+    "PruneResult",
+    "count_tokens",
+    "normalize",
+    "PruneStore",
+    "Delta",
+    "Explanation",
+    "Mismatch",
+    "Stats",
+    "VerdictStats",
+    "VerifyReport",
+    "PruneStoreError",
+    "InvalidMessageError",
+    "InvalidPolicyError",
+    "DuplicateMessageError",
+    "TurnOrderError",
+    "SessionNotFoundError",
+    "MessageNotFoundError",
+    "PolicyMismatchError",
+    "DatabaseError",
+]

@@ -1,0 +1,160 @@
+"""Connections, transactions and migrations: the few places where backends differ.
+
+* SQLite: WAL, ``synchronous=NORMAL`` and a busy timeout on every connection;
+  writers start with ``BEGIN IMMEDIATE`` so concurrent appends queue on the
+  database lock instead of failing half way.
+* PostgreSQL (psycopg 3): writers lock their session's row with
+  ``SELECT ... FOR UPDATE``; migrations hold an advisory lock.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from importlib import resources
+from typing import Iterator
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from .errors import PruneStoreError, wrap_database_errors
+from .schema import VERSION_TABLE
+
+__all__ = [
+    "DEFAULT_URL",
+    "resolve_url",
+    "make_engine",
+    "write_transaction",
+    "read_transaction",
+    "upgrade",
+    "downgrade",
+    "current_revision",
+    "head_revision",
+]
+
+DEFAULT_URL = "sqlite:///prunestore.db"
+BUSY_TIMEOUT_MS = 30_000
+_MIGRATION_LOCK = 0x7072756E  # "prun": the advisory lock id taken while migrating on PostgreSQL
+_WRITE = "prunestore_write"
+
+
+def resolve_url(url: str | None) -> str:
+    """The argument, else ``PRUNESTORE_URL``, else a SQLite file in the working directory.
+
+    Plain ``postgresql://`` and ``postgres://`` URLs are taken to mean psycopg 3.
+    """
+    url = url or os.environ.get("PRUNESTORE_URL") or DEFAULT_URL
+    for plain in ("postgresql://", "postgres://"):
+        if url.startswith(plain):
+            return "postgresql+psycopg://" + url[len(plain):]
+    return url
+
+
+def make_engine(url: str | None = None) -> Engine:
+    """An engine set up for prunestore's locking on SQLite or PostgreSQL."""
+    url = resolve_url(url)
+    try:
+        engine = sa.create_engine(url)
+    except (sa.exc.ArgumentError, ImportError) as exc:
+        raise PruneStoreError(f"url={url!r}: cannot open ({exc})") from exc
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine)
+    elif engine.dialect.name != "postgresql":
+        raise PruneStoreError(f"url={url!r}: only sqlite and postgresql are supported")
+    return engine
+
+
+def _configure_sqlite(engine: Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:
+        # Let SQLAlchemy's "begin" event decide how transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+
+@contextmanager
+def write_transaction(engine: Engine, action: str) -> Iterator[Connection]:
+    """A transaction that may write; on SQLite it holds the database's write lock."""
+    with wrap_database_errors(action):
+        with engine.connect() as conn:
+            conn = conn.execution_options(**{_WRITE: True})
+            with conn.begin():
+                yield conn
+
+
+@contextmanager
+def read_transaction(engine: Engine, action: str) -> Iterator[Connection]:
+    """A read-only transaction: one consistent snapshot for every statement in it."""
+    with wrap_database_errors(action):
+        with engine.connect() as conn:
+            if conn.dialect.name == "postgresql":
+                conn = conn.execution_options(isolation_level="REPEATABLE READ")
+            with conn.begin():
+                yield conn
+
+
+def _alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(resources.files("prunestore.migrations")))
+    if url is not None:
+        config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
+    config.attributes["connection"] = connection
+    return config
+
+
+def head_revision() -> str:
+    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+
+
+def current_revision(conn: Connection) -> str | None:
+    context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _migrate(engine: Engine, action: str, run) -> None:
+    with write_transaction(engine, action) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+        run(conn)
+
+
+def upgrade(engine: Engine, revision: str = "head") -> None:
+    """Bring the schema to `revision`; a no-op when it is already there."""
+
+    def run(conn: Connection) -> None:
+        if revision == "head" and current_revision(conn) == head_revision():
+            return
+        command.upgrade(_alembic_config(conn), revision)
+        if conn.dialect.name == "postgresql":
+            # Fresh tables have no statistics; without them the planner may scan.
+            tables = [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore_")]
+            conn.exec_driver_sql("ANALYZE " + ", ".join(tables))
+
+    _migrate(engine, f"upgrade to {revision}", run)
+
+
+def downgrade(engine: Engine, revision: str) -> None:
+    """Take the schema back to `revision` (``"base"`` removes every prunestore table)."""
+    _migrate(engine, f"downgrade to {revision}", lambda conn: command.downgrade(_alembic_config(conn), revision))
+
+
+def ensure_schema(engine: Engine) -> None:
+    """Upgrade an empty or older database; cheap when it is already current."""
+    with read_transaction(engine, "read schema version") as conn:
+        current = current_revision(conn)
+    if current != head_revision():
+        upgrade(engine)

@@ -1,0 +1,85 @@
+"""Every error prunestore raises on purpose derives from `PruneStoreError`.
+
+Database errors are wrapped (and chained with ``raise ... from``) so callers
+need to catch exactly one base class.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Iterator
+
+from sqlalchemy import exc as sa_exc
+
+__all__ = [
+    "PruneStoreError",
+    "InvalidMessageError",
+    "InvalidPolicyError",
+    "DuplicateMessageError",
+    "TurnOrderError",
+    "SessionNotFoundError",
+    "MessageNotFoundError",
+    "PolicyMismatchError",
+    "DatabaseError",
+    "shorten",
+]
+
+
+class PruneStoreError(Exception):
+    """Base class of every error prunestore raises on purpose."""
+
+
+class InvalidMessageError(PruneStoreError, ValueError):
+    """A message field (or a session name) has a bad type or value."""
+
+
+class InvalidPolicyError(PruneStoreError, ValueError):
+    """A `Policy` field has a bad type or value."""
+
+
+class DuplicateMessageError(PruneStoreError):
+    """A message id already in the session was appended with different fields."""
+
+
+class TurnOrderError(PruneStoreError):
+    """A message's turn is lower than the session's current turn."""
+
+
+class SessionNotFoundError(PruneStoreError, KeyError):
+    """A read named a session the store does not hold."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class MessageNotFoundError(PruneStoreError, KeyError):
+    """A read named a message id the session does not hold."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class PolicyMismatchError(PruneStoreError):
+    """A store was opened with a policy other than the one it was created with."""
+
+
+class DatabaseError(PruneStoreError):
+    """The database failed; the original SQLAlchemy error is chained."""
+
+
+def shorten(value: object, limit: int = 60) -> str:
+    """A repr of `value` short enough to put in an error message."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return text[: limit - 15] + f"...({len(text)} chars)"
+
+
+@contextmanager
+def wrap_database_errors(action: str) -> Iterator[None]:
+    """Re-raise SQLAlchemy errors as `DatabaseError`, naming what was being done."""
+    try:
+        yield
+    except sa_exc.SQLAlchemyError as exc:
+        detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        raise DatabaseError(f"{action} failed: {detail}") from exc

@@ -1,0 +1,391 @@
+"""Incremental maintenance of one session's verdicts, one append at a time.
+
+The rules are those of `prune` (SPEC section 3); this module keeps their
+result up to date by touching only what an append can change:
+
+* pass 1, superseded: the last holder of each tool key (an index lookup);
+* pass 1, expired: messages whose expiry turn the turn advance crossed
+  (an index range on the expiry turn, each message visited once in its life);
+* pass 2, duplicates: per normalized-content hash, the surviving holders in
+  order; the first one is kept and the rest are duplicates;
+* pass 3, restoration: per dependency key, its last definer and how many
+  counting messages refer to it (``support``: live referrers in transitive
+  mode, kept ones in direct mode) and how many of those are kept
+  (``kept_refs``).
+
+Restoration can lose support through cycles, so removals use delete and
+re-derive: every restored message that might have lost its support, and the
+restored messages downstream of it, are put in a set S; those with a counting
+referrer outside S keep their place, and so does what they reach inside S;
+the rest are dropped. A message with a kept referrer is anchored and never
+enters S, which keeps S to the part of the graph that can actually change.
+
+Storage is behind the small `Rows` protocol; this module does no I/O itself.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable, Protocol
+
+from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, Message, Policy
+
+__all__ = ["MsgState", "KeyState", "Rows", "Maintainer"]
+
+
+@dataclass(eq=False)
+class MsgState:
+    """The part of a message row the passes read and write."""
+
+    seq: int
+    id: str
+    role: str
+    tool_key: str | None
+    expires_after_turn: int | None
+    defines: tuple[str, ...]
+    refs: tuple[str, ...]
+    content_hash: bytes
+    base: str
+    restored: bool
+    was_live: bool = False
+    dirty: bool = False
+    message: Message | None = None  # set for messages appended in this transaction
+    tokens: int = 0
+
+    @property
+    def live(self) -> bool:
+        return self.base == KEPT or self.restored
+
+    @property
+    def verdict(self) -> str:
+        return RESTORED if self.restored else self.base
+
+
+@dataclass(eq=False)
+class KeyState:
+    """One dependency key: its last definer and how many messages refer to it."""
+
+    key: str
+    definer: int | None = None
+    support: int = 0
+    kept_refs: int = 0
+    dirty: bool = False
+
+
+class Rows(Protocol):
+    """What the maintainer needs from storage, for one locked session."""
+
+    def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]: ...
+
+    def last_tool_holder(self, tool_key: str) -> MsgState | None: ...
+
+    def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
+        """Messages not yet superseded or expired with from_turn <= expiry < to_turn."""
+        ...
+
+    def keys(self, keys: Iterable[str]) -> list[KeyState]: ...
+
+    def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
+        """The smallest stored surviving holder of a hash with seq > after_seq."""
+        ...
+
+
+@dataclass(eq=False)
+class _HashGroup:
+    """Surviving holders of one content hash: stored ones minus removals plus additions."""
+
+    content_hash: bytes
+    removed: set[int] = field(default_factory=set)
+    added: list[int] = field(default_factory=list)
+    cursor: int | None = None  # smallest stored holder not removed, once looked up
+    looked_up: bool = False
+    lost_first: bool = False
+
+
+class Maintainer:
+    """Applies appends to one locked session and records what must be written back.
+
+    Reads go through an identity map, so a row loaded twice is one object and
+    every change made in this transaction is seen by later steps.
+    """
+
+    def __init__(self, rows: Rows, policy: Policy, current_turn: int, last_seq: int) -> None:
+        self.rows = rows
+        self.policy = policy
+        self.transitive = policy.transitive
+        self.current_turn = current_turn
+        self.last_seq = last_seq
+        self.msgs: dict[int, MsgState] = {}
+        self.key_states: dict[str, KeyState] = {}
+        self.new: list[MsgState] = []
+        self._new_tool_holders: dict[str, MsgState] = {}
+        self._groups: dict[bytes, _HashGroup] = {}
+        self._suspects: list[MsgState] = []
+        self._candidates: list[MsgState] = []
+
+    # -- loading, through the identity map -------------------------------
+
+    def _adopt(self, state: MsgState) -> MsgState:
+        known = self.msgs.get(state.seq)
+        if known is not None:
+            return known
+        state.was_live = state.live
+        self.msgs[state.seq] = state
+        return state
+
+    def _messages(self, seqs: Iterable[int]) -> list[MsgState]:
+        seqs = list(seqs)
+        missing = [s for s in seqs if s not in self.msgs]
+        if missing:
+            for state in self.rows.messages_by_seq(missing):
+                self._adopt(state)
+        return [self.msgs[s] for s in seqs]
+
+    def _keys(self, keys: Iterable[str]) -> list[KeyState]:
+        keys = list(keys)
+        missing = [k for k in keys if k not in self.key_states]
+        if missing:
+            for ks in self.rows.keys(missing):
+                self.key_states[ks.key] = ks
+            for k in missing:
+                if k not in self.key_states:
+                    self.key_states[k] = KeyState(k)
+        return [self.key_states[k] for k in keys]
+
+    def _definers(self, keys: Iterable[str], exclude: MsgState | None = None) -> list[MsgState]:
+        seqs = {ks.definer for ks in self._keys(keys) if ks.definer is not None}
+        if exclude is not None:
+            seqs.discard(exclude.seq)
+        return self._messages(sorted(seqs))
+
+    def _defined_keys(self, state: MsgState) -> list[KeyState]:
+        """The keys whose last definer is this message."""
+        return [ks for ks in self._keys(state.defines) if ks.definer == state.seq]
+
+    # -- pass 2: the surviving holders of each content hash --------------
+
+    def _group(self, content_hash: bytes) -> _HashGroup:
+        group = self._groups.get(content_hash)
+        if group is None:
+            group = self._groups[content_hash] = _HashGroup(content_hash)
+        return group
+
+    def _first_holder(self, group: _HashGroup) -> int | None:
+        if not group.looked_up:
+            group.cursor = self.rows.first_holder_after(group.content_hash, 0)
+            group.looked_up = True
+        while group.cursor is not None and group.cursor in group.removed:
+            group.cursor = self.rows.first_holder_after(group.content_hash, group.cursor)
+        if group.cursor is not None:
+            return group.cursor
+        return group.added[0] if group.added else None
+
+    def _leave_group(self, state: MsgState) -> None:
+        """A holder stops surviving (superseded or expired); the next copy may take over."""
+        group = self._group(state.content_hash)
+        was_first = self._first_holder(group) == state.seq
+        if state.seq in group.added:
+            group.added.remove(state.seq)
+        else:
+            group.removed.add(state.seq)
+        group.lost_first = group.lost_first or was_first
+
+    def _hand_over_firsts(self) -> None:
+        for group in self._groups.values():
+            if group.lost_first:
+                group.lost_first = False
+                first = self._first_holder(group)
+                if first is not None:
+                    (state,) = self._messages([first])
+                    if state.base == DUPLICATE:
+                        self._set_base(state, KEPT)
+
+    # -- verdict changes and the reference counts they move --------------
+
+    def _set_base(self, state: MsgState, base: str) -> None:
+        old = state.base
+        if old == base:
+            return
+        state.base = base
+        state.dirty = True
+        if old in (KEPT, DUPLICATE) and base in (SUPERSEDED, EXPIRED) and state.role in self.policy.dedupe_roles:
+            self._leave_group(state)
+        if old == KEPT:
+            self._stop_keeping(state)
+        elif base == KEPT:
+            self._start_keeping(state)
+
+    def _count_refs(self, state: MsgState, delta: int, *, kept: bool, support: bool) -> None:
+        for ks in self._keys(state.refs):
+            if kept:
+                ks.kept_refs += delta
+            if support:
+                ks.support += delta
+            ks.dirty = True
+
+    def _start_keeping(self, state: MsgState) -> None:
+        """A message becomes kept: its refs count, and their definers may come back."""
+        already_counted = state.restored and self.transitive
+        state.restored = False
+        self._count_refs(state, +1, kept=True, support=not already_counted)
+        if not already_counted:
+            self._candidates.extend(self._definers(state.refs, exclude=state))
+
+    def _stop_keeping(self, state: MsgState) -> None:
+        """A kept message is dropped: it stays restored only if something still needs it.
+
+        It is marked restored for now and left to `_settle`, which keeps it
+        exactly when a counting message outside its own dependents refers to it.
+        """
+        self._count_refs(state, -1, kept=True, support=not self.transitive)
+        state.restored = True
+        self._suspects.append(state)
+        if not self.transitive:
+            self._suspects.extend(d for d in self._definers(state.refs, exclude=state) if d.restored)
+
+    # -- pass 3: restoration to a fixed point ----------------------------
+
+    def _anchored(self, state: MsgState) -> bool:
+        return any(ks.kept_refs > 0 for ks in self._defined_keys(state))
+
+    def _settle(self) -> None:
+        self._hand_over_firsts()
+        self._drop_unsupported()
+        self._restore_needed()
+
+    def _drop_unsupported(self) -> None:
+        """Delete and re-derive: drop restored messages no counting message still reaches."""
+        suspects, self._suspects = self._suspects, []
+        region: dict[int, MsgState] = {}
+        stack = [s for s in suspects if s.restored]
+        while stack:
+            state = stack.pop()
+            if state.seq in region or not state.restored or self._anchored(state):
+                continue
+            region[state.seq] = state
+            if self.transitive:
+                stack.extend(d for d in self._definers(state.refs) if d.restored and d.seq not in region)
+        if not region:
+            return
+        inside = Counter(k for s in region.values() for k in s.refs) if self.transitive else Counter()
+
+        def supported_from_outside(state: MsgState) -> bool:
+            return any(ks.support - inside[ks.key] > 0 for ks in self._defined_keys(state))
+
+        reached: set[int] = set()
+        stack = [s for s in region.values() if supported_from_outside(s)]
+        while stack:
+            state = stack.pop()
+            if state.seq in reached:
+                continue
+            reached.add(state.seq)
+            if self.transitive:
+                stack.extend(d for d in self._definers(state.refs) if d.seq in region and d.seq not in reached)
+        for state in region.values():
+            if state.seq not in reached:
+                state.restored = False
+                state.dirty = True
+                if self.transitive:
+                    self._count_refs(state, -1, kept=False, support=True)
+
+    def _restore_needed(self) -> None:
+        """Restore every candidate that a counting message refers to, and what it needs."""
+        stack, self._candidates = self._candidates, []
+        while stack:
+            state = stack.pop()
+            if state.live or not any(ks.support > 0 for ks in self._defined_keys(state)):
+                continue
+            state.restored = True
+            state.dirty = True
+            if self.transitive:
+                self._count_refs(state, +1, kept=False, support=True)
+                stack.extend(self._definers(state.refs, exclude=state))
+
+    # -- the append itself ------------------------------------------------
+
+    def _advance_turn(self, turn: int) -> None:
+        """Expire every surviving message whose expiry turn is now behind."""
+        stored = [self._adopt(s) for s in self.rows.expiring(self.current_turn, turn)]
+        fresh = [
+            s
+            for s in self.new
+            if s.expires_after_turn is not None and self.current_turn <= s.expires_after_turn < turn
+        ]
+        self.current_turn = turn
+        for state in sorted(stored + fresh, key=lambda s: s.seq):
+            if state.base in (KEPT, DUPLICATE):
+                self._set_base(state, EXPIRED)
+
+    def _tool_holder(self, tool_key: str) -> MsgState | None:
+        holder = self._new_tool_holders.get(tool_key)
+        if holder is not None:
+            return holder
+        stored = self.rows.last_tool_holder(tool_key)
+        return self._adopt(stored) if stored is not None else None
+
+    def append(self, state: MsgState) -> None:
+        """Apply one new message, given as a state with its effective keys filled in."""
+        if state.message is None:
+            raise ValueError("a new message state carries its Message")
+        if state.message.turn > self.current_turn:
+            self._advance_turn(state.message.turn)
+        self.last_seq += 1
+        state.seq = self.last_seq
+        state.base, state.restored, state.was_live, state.dirty = KEPT, False, False, True
+        self.msgs[state.seq] = state
+        self.new.append(state)
+
+        if state.tool_key is not None:
+            previous = self._tool_holder(state.tool_key)
+            self._new_tool_holders[state.tool_key] = state
+            if previous is not None:
+                self._set_base(previous, SUPERSEDED)
+
+        if state.role in self.policy.dedupe_roles:
+            group = self._group(state.content_hash)
+            if self._first_holder(group) is not None:
+                state.base = DUPLICATE
+            group.added.append(state.seq)
+
+        self._keys(state.defines + state.refs)
+        for ks in self._keys(state.defines):
+            if ks.definer is not None:
+                (previous_definer,) = self._messages([ks.definer])
+                if previous_definer.restored:
+                    self._suspects.append(previous_definer)
+            ks.definer = state.seq
+            ks.dirty = True
+
+        if state.base == KEPT:
+            self._count_refs(state, +1, kept=True, support=True)
+            self._candidates.extend(self._definers(state.refs, exclude=state))
+        else:
+            self._candidates.append(state)
+        self._settle()
+
+    # -- what to write back ----------------------------------------------
+
+    def changed_messages(self) -> list[MsgState]:
+        """Stored messages (not new ones) whose base or verdict changed."""
+        return [s for s in self.msgs.values() if s.dirty and s.message is None]
+
+    def changed_keys(self) -> list[KeyState]:
+        return [ks for ks in self.key_states.values() if ks.dirty]
+
+    def hash_holder_changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
+        """(added, removed) rows of the surviving-holders index."""
+        added = [(g.content_hash, seq) for g in self._groups.values() for seq in g.added]
+        removed = [(g.content_hash, seq) for g in self._groups.values() for seq in g.removed]
+        return added, removed
+
+    def delta(self) -> tuple[list[str], list[str]]:
+        """Ids that became live and ids that stopped being live, in append order."""
+        added, removed = [], []
+        for seq in sorted(self.msgs):
+            state = self.msgs[seq]
+            if state.live and not state.was_live:
+                added.append(state.id)
+            elif state.was_live and not state.live:
+                removed.append(state.id)
+        return added, removed

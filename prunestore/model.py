@@ -1,0 +1,211 @@
+"""The values prunestore works on: messages, stored messages and the policy.
+
+Validation happens when a value is built, so a bad message is refused before
+it gets near a store, and the error names the field and the value.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Mapping
+
+from .errors import InvalidMessageError, InvalidPolicyError, shorten
+from .text import KEY_PATTERN, marker_defines, marker_refs
+
+__all__ = [
+    "ROLES",
+    "VERDICTS",
+    "Message",
+    "StoredMessage",
+    "Policy",
+    "effective_defines",
+    "effective_refs",
+    "encode_metadata",
+]
+
+ROLES = frozenset({"system", "user", "assistant", "tool_output", "retrieved_doc"})
+
+KEPT = "kept"
+RESTORED = "restored"
+SUPERSEDED = "superseded"
+EXPIRED = "expired"
+DUPLICATE = "duplicate"
+VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE)
+LIVE_VERDICTS = (KEPT, RESTORED)
+
+
+def _fail(field_name: str, value: object, why: str) -> InvalidMessageError:
+    return InvalidMessageError(f"{field_name}={shorten(value)}: {why}")
+
+
+def _check_keys(field_name: str, keys: object) -> tuple[str, ...]:
+    if isinstance(keys, str) or not isinstance(keys, Iterable):
+        raise _fail(field_name, keys, "must be a tuple of keys, not a single string")
+    result = tuple(keys)
+    for key in result:
+        if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
+            raise _fail(field_name, key, "a key must match [A-Za-z0-9_-]+")
+    return result
+
+
+def encode_metadata(metadata: Mapping[str, Any] | None) -> str | None:
+    """Metadata as JSON text; refuses what would not come back exactly as given."""
+    if metadata is None:
+        return None
+    if not isinstance(metadata, dict):
+        raise _fail("metadata", metadata, "must be a JSON object (dict) or None")
+    try:
+        text = json.dumps(metadata, ensure_ascii=False, allow_nan=False, separators=(",", ":"))
+        text.encode("utf-8")
+        same = json.loads(text) == metadata
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise _fail("metadata", metadata, f"not JSON-serializable ({exc})") from None
+    if not same:
+        raise _fail("metadata", metadata, "does not survive a JSON round trip (tuples or non-str keys?)")
+    return text
+
+
+@dataclass(frozen=True)
+class Message:
+    """One chat message, as the caller hands it to `prune` or `PruneStore.append`."""
+
+    id: str
+    role: str
+    content: str
+    turn: int
+    tool_key: str | None = None
+    expires_after_turn: int | None = None
+    defines: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()
+    metadata: dict[str, Any] | None = field(default=None, hash=False)
+
+    def __post_init__(self) -> None:
+        _check_text("id", self.id)
+        if not isinstance(self.role, str) or self.role not in ROLES:
+            raise _fail("role", self.role, f"must be one of {', '.join(sorted(ROLES))}")
+        if not isinstance(self.content, str):
+            raise _fail("content", self.content, "must be a string")
+        _check_utf8("content", self.content)
+        _check_turn("turn", self.turn, 0)
+        if self.tool_key is not None:
+            _check_text("tool_key", self.tool_key)
+        if self.expires_after_turn is not None:
+            _check_turn("expires_after_turn", self.expires_after_turn, self.turn)
+        object.__setattr__(self, "defines", _check_keys("defines", self.defines))
+        object.__setattr__(self, "refs", _check_keys("refs", self.refs))
+        encode_metadata(self.metadata)
+
+
+MAX_TURN = 2**63 - 1  # turns are stored as 64-bit integers
+
+
+def _check_turn(field_name: str, value: object, minimum: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _fail(field_name, value, "must be an int")
+    if value < minimum:
+        raise _fail(field_name, value, f"must be >= {minimum}" + (" (the turn)" if field_name != "turn" else ""))
+    if value > MAX_TURN:
+        raise _fail(field_name, value, f"must be <= {MAX_TURN}")
+
+
+def _check_text(field_name: str, value: object) -> None:
+    """Identifiers (id, tool_key): non-empty strings, UTF-8, no NUL."""
+    if not isinstance(value, str) or not value:
+        raise _fail(field_name, value, "must be a non-empty string")
+    if "\x00" in value:
+        raise _fail(field_name, value, "must not contain NUL")
+    _check_utf8(field_name, value)
+
+
+def _check_utf8(field_name: str, value: str) -> None:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise _fail(field_name, value, f"cannot be encoded as UTF-8 ({exc.reason})") from None
+
+
+def effective_defines(message: Message) -> frozenset[str]:
+    """The `defines` field plus every ``DEFINE:<key>`` marker in the content."""
+    return frozenset(message.defines).union(marker_defines(message.content))
+
+
+def effective_refs(message: Message) -> frozenset[str]:
+    """The `refs` field plus every ``REF:<key>`` marker in the content."""
+    return frozenset(message.refs).union(marker_refs(message.content))
+
+
+@dataclass(frozen=True, kw_only=True)
+class StoredMessage(Message):
+    """A `Message` as the store holds it: its position, verdict and token count.
+
+    `base` is the verdict of the first three passes alone; it differs from
+    `verdict` only for a restored message, where it says why the message
+    would have been dropped.
+    """
+
+    seq: int
+    verdict: str
+    tokens: int
+    base: str
+
+    def __post_init__(self) -> None:
+        """Rows read back were validated on the way in; skip the checks."""
+
+    @property
+    def live(self) -> bool:
+        return self.verdict in LIVE_VERDICTS
+
+    def to_message(self) -> Message:
+        """The plain `Message`, as it was appended."""
+        return Message(
+            id=self.id,
+            role=self.role,
+            content=self.content,
+            turn=self.turn,
+            tool_key=self.tool_key,
+            expires_after_turn=self.expires_after_turn,
+            defines=self.defines,
+            refs=self.refs,
+            metadata=self.metadata,
+        )
+
+
+RESTORE_MODES = ("transitive", "direct")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """What the passes drop and how restoration follows dependencies.
+
+    `dedupe_roles` are the roles whose repeated contents are duplicates;
+    `restore` is ``"transitive"`` (refs of restored messages restore more) or
+    ``"direct"`` (only refs of kept messages count, as the reference article).
+    """
+
+    dedupe_roles: frozenset[str] = frozenset({"retrieved_doc"})
+    restore: str = "transitive"
+
+    def __post_init__(self) -> None:
+        roles = self.dedupe_roles
+        if isinstance(roles, str) or not isinstance(roles, Iterable):
+            raise InvalidPolicyError(f"dedupe_roles={shorten(roles)}: must be a set of roles")
+        roles = frozenset(roles)
+        unknown = sorted(r for r in roles if r not in ROLES)
+        if unknown:
+            raise InvalidPolicyError(f"dedupe_roles={shorten(unknown)}: unknown role")
+        object.__setattr__(self, "dedupe_roles", roles)
+        if self.restore not in RESTORE_MODES:
+            raise InvalidPolicyError(f"restore={shorten(self.restore)}: must be 'transitive' or 'direct'")
+
+    @property
+    def transitive(self) -> bool:
+        return self.restore == "transitive"
+
+    def to_json(self) -> str:
+        return json.dumps({"dedupe_roles": sorted(self.dedupe_roles), "restore": self.restore}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> "Policy":
+        data = json.loads(text)
+        return cls(dedupe_roles=frozenset(data["dedupe_roles"]), restore=data["restore"])

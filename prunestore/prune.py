@@ -1,0 +1,130 @@
+"""The batch pruner: the definition of "live", written plainly.
+
+`prune` is the oracle the incremental store is checked against, so each pass
+below is a direct transcription of SPEC section 3, with no cleverness.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Iterable
+
+from .errors import DuplicateMessageError, InvalidMessageError, shorten
+from .model import (
+    DUPLICATE,
+    EXPIRED,
+    KEPT,
+    RESTORED,
+    SUPERSEDED,
+    VERDICTS,
+    Message,
+    Policy,
+    effective_defines,
+    effective_refs,
+)
+from .text import count_tokens, normalize
+
+__all__ = ["PruneResult", "prune"]
+
+
+@dataclass(frozen=True)
+class PruneResult:
+    """What `prune` decided: the live messages and a verdict for every message.
+
+    `base` holds each message's verdict before restoration (so a restored
+    message's base says why it would have been dropped).
+    """
+
+    live: list[Message]
+    verdicts: dict[str, str]
+    base: dict[str, str]
+    current_turn: int
+    messages_before: int
+    tokens_before: int
+    tokens_after: int
+    counts: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def messages_after(self) -> int:
+        return len(self.live)
+
+    @property
+    def reduction(self) -> float:
+        """Fraction of tokens pruned away (0.0 for an empty input)."""
+        return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
+
+
+def prune(
+    messages: Iterable[Message],
+    *,
+    policy: Policy = Policy(),
+    current_turn: int | None = None,
+    tokenizer=count_tokens,
+) -> PruneResult:
+    """Run the three passes over one session's messages, in append order."""
+    ms = list(messages)
+    ids = Counter(m.id for m in ms)
+    repeated = [i for i, n in ids.items() if n > 1]
+    if repeated:
+        raise DuplicateMessageError(f"id={shorten(repeated[0])}: appears more than once")
+    if current_turn is None:
+        current_turn = max((m.turn for m in ms), default=0)
+    elif isinstance(current_turn, bool) or not isinstance(current_turn, int):
+        raise InvalidMessageError(f"current_turn={shorten(current_turn)}: must be an int")
+
+    # Pass 1: superseded tool state. Only the last holder of a tool key survives.
+    last_holder = {m.tool_key: i for i, m in enumerate(ms) if m.tool_key is not None}
+    base: list[str | None] = [None] * len(ms)
+    for i, m in enumerate(ms):
+        if m.tool_key is not None and last_holder[m.tool_key] != i:
+            base[i] = SUPERSEDED
+
+    # Pass 1b: expiry, for what was not superseded.
+    for i, m in enumerate(ms):
+        if base[i] is None and m.expires_after_turn is not None and current_turn > m.expires_after_turn:
+            base[i] = EXPIRED
+
+    # Pass 2: duplicates, among the survivors of the first pass.
+    seen: set[str] = set()
+    for i, m in enumerate(ms):
+        if base[i] is None and m.role in policy.dedupe_roles:
+            text = normalize(m.content)
+            if text in seen:
+                base[i] = DUPLICATE
+            else:
+                seen.add(text)
+    kept = [b is None for b in base]
+
+    # Pass 3: restore the definers that live messages still depend on.
+    definer: dict[str, int] = {}
+    for i, m in enumerate(ms):
+        for key in effective_defines(m):
+            definer[key] = i
+    restored: set[int] = set()
+    pending = [key for i, m in enumerate(ms) if kept[i] for key in effective_refs(m)]
+    while pending:
+        d = definer.get(pending.pop())
+        if d is None or kept[d] or d in restored:
+            continue
+        restored.add(d)
+        if policy.transitive:
+            pending.extend(effective_refs(ms[d]))
+
+    verdicts: dict[str, str] = {}
+    bases: dict[str, str] = {}
+    for i, m in enumerate(ms):
+        bases[m.id] = base[i] or KEPT
+        verdicts[m.id] = RESTORED if i in restored else bases[m.id]
+    live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
+    counts = Counter(verdicts.values())
+    return PruneResult(
+        live=live,
+        verdicts=verdicts,
+        base=bases,
+        current_turn=current_turn,
+        messages_before=len(ms),
+        tokens_before=sum(tokenizer(m.content) for m in ms),
+        tokens_after=sum(tokenizer(m.content) for m in live),
+        counts={v: counts.get(v, 0) for v in VERDICTS},
+    )

@@ -1,0 +1,124 @@
+"""The values the store's calls return."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+__all__ = ["Delta", "Explanation", "Mismatch", "VerifyReport", "VerdictStats", "Stats"]
+
+
+@dataclass(frozen=True)
+class Delta:
+    """How one append changed the live set.
+
+    `live_added` holds the ids that became live (new live messages included),
+    `live_removed` the ids that stopped being live, each in append order. A
+    new message that is dead on arrival is in neither.
+    """
+
+    live_added: tuple[str, ...] = ()
+    live_removed: tuple[str, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.live_added or self.live_removed)
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """Why a message has its verdict.
+
+    `base` is the verdict before restoration; for a restored message it says
+    why the message would otherwise be gone. The cause fields are set when
+    they apply: `superseded_by` (the next message with the same tool key),
+    `expires_after_turn` with the session's `current_turn`, `duplicate_of`
+    (the surviving earlier copy), and for a restored message `needed_for`
+    (the keys it is the last definer of that live messages refer to) and
+    `needed_by` (those messages).
+    """
+
+    session: str
+    message_id: str
+    seq: int
+    verdict: str
+    base: str
+    current_turn: int
+    superseded_by: str | None = None
+    expires_after_turn: int | None = None
+    duplicate_of: str | None = None
+    needed_for: tuple[str, ...] = ()
+    needed_by: tuple[str, ...] = ()
+
+    @property
+    def live(self) -> bool:
+        return self.verdict in ("kept", "restored")
+
+    @property
+    def reason(self) -> str:
+        """One line for people."""
+        parts = []
+        if self.base == "kept":
+            parts.append("kept: nothing supersedes, expires or duplicates it")
+        if self.base == "superseded":
+            parts.append(f"superseded by {self.superseded_by!r} (same tool key)")
+        if self.base == "expired":
+            parts.append(f"expired after turn {self.expires_after_turn} (session is at turn {self.current_turn})")
+        if self.base == "duplicate":
+            parts.append(f"duplicate of {self.duplicate_of!r}")
+        if self.verdict == "restored":
+            keys = ", ".join(self.needed_for)
+            users = ", ".join(repr(i) for i in self.needed_by)
+            parts.append(f"restored: it defines {keys}, which {users} refer to")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """One difference between the stored state and a batch rerun."""
+
+    session: str
+    what: str  # "verdict", "key", "hash_holder", "session"
+    subject: str  # the message id, key or field concerned
+    stored: object
+    expected: object
+
+    def __str__(self) -> str:
+        return f"{self.session}: {self.what} {self.subject}: stored {self.stored!r}, expected {self.expected!r}"
+
+
+@dataclass(frozen=True)
+class VerifyReport:
+    """What `verify` compared and every difference it found."""
+
+    sessions: int
+    messages: int
+    mismatches: tuple[Mismatch, ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        return not self.mismatches
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+@dataclass(frozen=True)
+class VerdictStats:
+    messages: int = 0
+    tokens: int = 0
+
+
+@dataclass(frozen=True)
+class Stats:
+    """Messages and tokens of one session (or all), total, live and per verdict."""
+
+    sessions: int
+    messages: int
+    tokens: int
+    live_messages: int
+    live_tokens: int
+    by_verdict: dict[str, VerdictStats] = field(default_factory=dict)
+
+    @property
+    def reduction(self) -> float:
+        """Fraction of tokens pruned away."""
+        return 1 - self.live_tokens / self.tokens if self.tokens else 0.0

@@ -1,0 +1,82 @@
+"""The tables, as SQLAlchemy Core metadata.
+
+Migrations under ``migrations/`` are the source of truth for what a database
+holds; this metadata mirrors the newest revision, and a test checks that the
+two agree. Every primary key and index of per-session data begins with
+``session_id``, so the tables can be distributed or partitioned by session.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS"]
+
+VERSION_TABLE = "prunestore_alembic_version"
+
+metadata = sa.MetaData()
+
+SETTINGS = sa.Table(
+    "prunestore_settings",
+    metadata,
+    sa.Column("name", sa.String(64), primary_key=True),
+    sa.Column("value", sa.Text, nullable=False),
+)
+
+SESSIONS = sa.Table(
+    "prunestore_sessions",
+    metadata,
+    sa.Column("session_id", sa.Integer, primary_key=True, autoincrement=True),
+    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("current_turn", sa.BigInteger, nullable=False),
+    sa.Column("last_seq", sa.BigInteger, nullable=False),
+)
+
+MESSAGES = sa.Table(
+    "prunestore_messages",
+    metadata,
+    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("id", sa.Text, nullable=False),
+    sa.Column("role", sa.String(16), nullable=False),
+    sa.Column("content", sa.Text, nullable=False),
+    # 1 when the content held NUL characters and is stored escaped (PostgreSQL text cannot hold NUL).
+    sa.Column("content_escaped", sa.SmallInteger, nullable=False),
+    sa.Column("turn", sa.BigInteger, nullable=False),
+    sa.Column("tool_key", sa.Text),
+    sa.Column("expires_after_turn", sa.BigInteger),
+    # The defines/refs fields as given, space-separated (keys cannot hold spaces).
+    sa.Column("defines", sa.Text, nullable=False),
+    sa.Column("refs", sa.Text, nullable=False),
+    sa.Column("metadata", sa.Text),
+    sa.Column("tokens", sa.Integer, nullable=False),
+    sa.Column("content_hash", sa.LargeBinary(32), nullable=False),
+    # Effective keys (fields plus content markers), sorted and space-separated.
+    sa.Column("eff_defines", sa.Text, nullable=False),
+    sa.Column("eff_refs", sa.Text, nullable=False),
+    # The verdict of passes 1-2 alone, and the final verdict after restoration.
+    sa.Column("base", sa.String(16), nullable=False),
+    sa.Column("verdict", sa.String(16), nullable=False),
+    sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
+    sa.Index("prunestore_messages_tool_key", "session_id", "tool_key", "seq"),
+    sa.Index("prunestore_messages_expiry", "session_id", "expires_after_turn"),
+)
+
+HASH_HOLDERS = sa.Table(
+    "prunestore_hash_holders",
+    metadata,
+    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("content_hash", sa.LargeBinary(32), primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+)
+
+KEYS = sa.Table(
+    "prunestore_keys",
+    metadata,
+    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("definer_seq", sa.BigInteger),
+    sa.Column("support", sa.Integer, nullable=False),
+    sa.Column("kept_refs", sa.Integer, nullable=False),
+)
+

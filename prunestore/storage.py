@@ -1,0 +1,273 @@
+"""SQL for one session's rows, and the (de)serialisation of messages.
+
+Statements are prepared once at import; they use only syntax SQLite (3.24+)
+and PostgreSQL share (``ON CONFLICT``, ``LIMIT``), so one text serves both.
+The only per-backend difference here is how a writer locks its session.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from .incremental import KeyState, MsgState
+from .model import RESTORED, Message, StoredMessage, encode_metadata
+
+__all__ = ["SessionRows", "SessionRow", "lock_session", "find_session", "stored_message"]
+
+_STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict"
+_FULL = (
+    "seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
+    "defines, refs, metadata, tokens, base, verdict"
+)
+_MESSAGE_COLUMNS = (
+    "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
+    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict"
+)
+
+
+def _sql(text: str, *expanding: str) -> sa.TextClause:
+    clause = sa.text(text)
+    if expanding:
+        clause = clause.bindparams(*(sa.bindparam(name, expanding=True) for name in expanding))
+    return clause
+
+
+SELECT_SESSION = _sql("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name")
+LOCK_SESSION_PG = _sql(
+    "SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name FOR UPDATE"
+)
+INSERT_SESSION = _sql(
+    "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) "
+    "ON CONFLICT (name) DO NOTHING"
+)
+UPDATE_SESSION = _sql(
+    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq WHERE session_id = :sid"
+)
+MESSAGES_BY_SEQ = _sql(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs", "seqs")
+MESSAGES_BY_ID = _sql(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids", "ids")
+LAST_TOOL_HOLDER = _sql(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key "
+    "ORDER BY seq DESC LIMIT 1"
+)
+EXPIRING = _sql(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid "
+    "AND expires_after_turn >= :lo AND expires_after_turn < :hi AND base IN ('kept', 'duplicate')"
+)
+KEYS_BY_NAME = _sql(
+    "SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid AND key IN :keys",
+    "keys",
+)
+FIRST_HOLDER_AFTER = _sql(
+    "SELECT seq FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash "
+    "AND seq > :after ORDER BY seq LIMIT 1"
+)
+INSERT_MESSAGE = _sql(
+    f"INSERT INTO prunestore_messages ({_MESSAGE_COLUMNS}) VALUES ("
+    + ", ".join(":" + c.strip() for c in _MESSAGE_COLUMNS.split(","))
+    + ")"
+)
+UPDATE_VERDICT = _sql(
+    "UPDATE prunestore_messages SET base = :base, verdict = :verdict WHERE session_id = :sid AND seq = :seq"
+)
+UPSERT_KEY = _sql(
+    "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs) "
+    "VALUES (:sid, :key, :definer_seq, :support, :kept_refs) "
+    "ON CONFLICT (session_id, key) DO UPDATE SET definer_seq = excluded.definer_seq, "
+    "support = excluded.support, kept_refs = excluded.kept_refs"
+)
+INSERT_HOLDER = _sql(
+    "INSERT INTO prunestore_hash_holders (session_id, content_hash, seq) VALUES (:sid, :content_hash, :seq)"
+)
+DELETE_HOLDER = _sql(
+    "DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash AND seq = :seq"
+)
+
+# -- values in and out of rows ------------------------------------------
+
+_ESCAPED = re.compile(r"\\([\\0])")
+
+
+def encode_content(content: str, escape_nul: bool) -> tuple[str, int]:
+    """PostgreSQL text cannot hold NUL: there, such content is stored backslash-escaped."""
+    if escape_nul and "\x00" in content:
+        return content.replace("\\", "\\\\").replace("\x00", "\\0"), 1
+    return content, 0
+
+
+def decode_content(stored: str, escaped: int) -> str:
+    if not escaped:
+        return stored
+    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else "\\", stored)
+
+
+def join_keys(keys: Iterable[str]) -> str:
+    return " ".join(keys)
+
+
+def split_keys(text: str) -> tuple[str, ...]:
+    return tuple(text.split()) if text else ()
+
+
+def stored_message(row) -> StoredMessage:
+    """A `StoredMessage` from a row selected with the full column list."""
+    (seq, id_, role, content, escaped, turn, tool_key, expires, defines, refs, metadata, tokens, base, verdict) = row
+    return StoredMessage(
+        id=id_,
+        role=role,
+        content=decode_content(content, escaped),
+        turn=turn,
+        tool_key=tool_key,
+        expires_after_turn=expires,
+        defines=split_keys(defines),
+        refs=split_keys(refs),
+        metadata=json.loads(metadata) if metadata is not None else None,
+        seq=seq,
+        verdict=verdict,
+        tokens=tokens,
+        base=base,
+    )
+
+
+def _state(row) -> MsgState:
+    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict = row
+    return MsgState(
+        seq=seq,
+        id=id_,
+        role=role,
+        tool_key=tool_key,
+        expires_after_turn=expires,
+        defines=split_keys(defines),
+        refs=split_keys(refs),
+        content_hash=bytes(content_hash),
+        base=base,
+        restored=verdict == RESTORED,
+    )
+
+
+# -- the session row and its lock -----------------------------------------
+
+
+class SessionRow:
+    """The session's key, current turn and last seq, as read under its lock."""
+
+    __slots__ = ("session_id", "current_turn", "last_seq")
+
+    def __init__(self, session_id: int, current_turn: int, last_seq: int) -> None:
+        self.session_id = session_id
+        self.current_turn = current_turn
+        self.last_seq = last_seq
+
+
+def find_session(conn: Connection, name: str) -> SessionRow | None:
+    row = conn.execute(SELECT_SESSION, {"name": name}).first()
+    return SessionRow(*row) if row else None
+
+
+def lock_session(conn: Connection, name: str, create: bool) -> SessionRow | None:
+    """Read the session row so that no other writer can change the session until commit.
+
+    SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
+    PostgreSQL writers lock the session's row.
+    """
+    select = LOCK_SESSION_PG if conn.dialect.name == "postgresql" else SELECT_SESSION
+    row = conn.execute(select, {"name": name}).first()
+    if row is None and create:
+        conn.execute(INSERT_SESSION, {"name": name})
+        row = conn.execute(select, {"name": name}).first()
+    return SessionRow(*row) if row else None
+
+
+class SessionRows:
+    """`incremental.Rows` over one locked session, plus the write-back of a `Maintainer`."""
+
+    def __init__(self, conn: Connection, session: SessionRow) -> None:
+        self.conn = conn
+        self.sid = session.session_id
+        self.escape_nul = conn.dialect.name == "postgresql"
+
+    def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
+        rows = self.conn.execute(MESSAGES_BY_SEQ, {"sid": self.sid, "seqs": list(seqs)})
+        return [_state(row) for row in rows]
+
+    def last_tool_holder(self, tool_key: str) -> MsgState | None:
+        row = self.conn.execute(LAST_TOOL_HOLDER, {"sid": self.sid, "tool_key": tool_key}).first()
+        return _state(row) if row else None
+
+    def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
+        rows = self.conn.execute(EXPIRING, {"sid": self.sid, "lo": from_turn, "hi": to_turn})
+        return [_state(row) for row in rows]
+
+    def keys(self, keys: Iterable[str]) -> list[KeyState]:
+        rows = self.conn.execute(KEYS_BY_NAME, {"sid": self.sid, "keys": list(keys)})
+        return [KeyState(key, definer, support, kept) for key, definer, support, kept in rows]
+
+    def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
+        params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
+        return self.conn.execute(FIRST_HOLDER_AFTER, params).scalar()
+
+    def stored_by_id(self, ids: list[str]) -> dict[str, StoredMessage]:
+        found: dict[str, StoredMessage] = {}
+        for start in range(0, len(ids), 500):
+            rows = self.conn.execute(MESSAGES_BY_ID, {"sid": self.sid, "ids": ids[start : start + 500]})
+            found.update((m.id, m) for m in map(stored_message, rows))
+        return found
+
+    def message_params(self, state: MsgState) -> dict:
+        m = state.message
+        assert m is not None
+        content, escaped = encode_content(m.content, self.escape_nul)
+        return {
+            "session_id": self.sid,
+            "seq": state.seq,
+            "id": m.id,
+            "role": m.role,
+            "content": content,
+            "content_escaped": escaped,
+            "turn": m.turn,
+            "tool_key": m.tool_key,
+            "expires_after_turn": m.expires_after_turn,
+            "defines": join_keys(m.defines),
+            "refs": join_keys(m.refs),
+            "metadata": encode_metadata(m.metadata),
+            "tokens": state.tokens,
+            "content_hash": state.content_hash,
+            "eff_defines": join_keys(state.defines),
+            "eff_refs": join_keys(state.refs),
+            "base": state.base,
+            "verdict": state.verdict,
+        }
+
+    def write_back(
+        self,
+        new: list[MsgState],
+        changed: list[MsgState],
+        keys: list[KeyState],
+        holders_added: list[tuple[bytes, int]],
+        holders_removed: list[tuple[bytes, int]],
+        current_turn: int,
+        last_seq: int,
+    ) -> None:
+        """Write what an append (or a rebuild) changed, a few executemany calls in all."""
+        sid, execute = self.sid, self.conn.execute
+        if new:
+            execute(INSERT_MESSAGE, [self.message_params(s) for s in new])
+        if changed:
+            execute(UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed])
+        if keys:
+            execute(
+                UPSERT_KEY,
+                [
+                    {"sid": sid, "key": k.key, "definer_seq": k.definer, "support": k.support, "kept_refs": k.kept_refs}
+                    for k in keys
+                ],
+            )
+        if holders_removed:
+            execute(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
+        if holders_added:
+            execute(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
+        execute(UPDATE_SESSION, {"sid": sid, "turn": current_turn, "last_seq": last_seq})

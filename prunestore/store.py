@@ -1,0 +1,430 @@
+"""`PruneStore`: sessions on disk whose live set is kept up to date on every append."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import fields
+from typing import Callable, Iterable
+
+import sqlalchemy as sa
+from sqlalchemy.engine import Connection
+
+from . import db
+from .audit import expected_state, new_state
+from .errors import (
+    DuplicateMessageError,
+    InvalidMessageError,
+    InvalidPolicyError,
+    MessageNotFoundError,
+    PolicyMismatchError,
+    PruneStoreError,
+    SessionNotFoundError,
+    TurnOrderError,
+    shorten,
+)
+from .incremental import Maintainer
+from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, VERDICTS, Message, Policy, StoredMessage
+from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .storage import (
+    SessionRow,
+    SessionRows,
+    _FULL,
+    _sql,
+    find_session,
+    join_keys,
+    lock_session,
+    split_keys,
+    stored_message,
+)
+from .text import count_tokens
+
+__all__ = ["PruneStore", "MAX_SESSION_NAME"]
+
+MAX_SESSION_NAME = 512
+_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
+
+_LIVE = _sql(
+    f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid "
+    "AND verdict IN ('kept', 'restored') ORDER BY seq"
+)
+_ALL = _sql(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+_AUDIT = _sql(
+    f"SELECT {_FULL}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
+    "WHERE session_id = :sid ORDER BY seq"
+)
+_ONE = _sql(f"SELECT {_FULL}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_NEXT_HOLDER = _sql(
+    "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
+    "ORDER BY seq LIMIT 1"
+)
+_FIRST_COPY = _sql(
+    "SELECT m.id FROM prunestore_hash_holders h JOIN prunestore_messages m "
+    "ON m.session_id = h.session_id AND m.seq = h.seq "
+    "WHERE h.session_id = :sid AND h.content_hash = :content_hash ORDER BY h.seq LIMIT 1"
+)
+_DEFINED_KEYS = _sql(
+    "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
+    "AND support > 0 ORDER BY key",
+    "keys",
+)
+_COUNTING_REFS = _sql(
+    "SELECT id, eff_refs FROM prunestore_messages WHERE session_id = :sid AND verdict IN :verdicts "
+    "AND eff_refs <> '' ORDER BY seq",
+    "verdicts",
+)
+_KEY_ROWS = _sql("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
+_HOLDER_ROWS = _sql("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
+_SESSION_NAMES = _sql("SELECT name FROM prunestore_sessions ORDER BY name")
+_STATS = "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages {where} GROUP BY verdict"
+_GET_SETTING = _sql("SELECT value FROM prunestore_settings WHERE name = :name")
+_PUT_SETTING = _sql(
+    "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
+    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
+)
+_SESSION_TABLES = ("prunestore_messages", "prunestore_keys", "prunestore_hash_holders", "prunestore_sessions")
+
+
+def _check_session_name(session: object) -> str:
+    if not isinstance(session, str) or not session:
+        raise InvalidMessageError(f"session={shorten(session)}: must be a non-empty string")
+    if len(session) > MAX_SESSION_NAME:
+        raise InvalidMessageError(f"session={shorten(session)}: longer than {MAX_SESSION_NAME} characters")
+    if "\x00" in session:
+        raise InvalidMessageError(f"session={shorten(session)}: must not contain NUL")
+    try:
+        session.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError(f"session={shorten(session)}: cannot be encoded as UTF-8") from None
+    return session
+
+
+def _as_batch(messages: Message | Iterable[Message]) -> list[Message]:
+    if isinstance(messages, Message):
+        return [messages]
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(f"messages={shorten(messages)}: expected a Message or an iterable of them")
+    batch = list(messages)
+    for m in batch:
+        if not isinstance(m, Message):
+            raise InvalidMessageError(f"messages: expected Message, got {type(m).__name__} {shorten(m)}")
+    return batch
+
+
+def _differing_fields(a: Message, b: Message) -> list[str]:
+    return [name for name in _MESSAGE_FIELDS if getattr(a, name) != getattr(b, name)]
+
+
+class PruneStore:
+    """A persistent, incrementally pruned message store (SQLite or PostgreSQL).
+
+    The policy is fixed when the store is created and recorded in it; open an
+    existing store with ``policy=None`` to use the recorded one.
+    """
+
+    def __init__(
+        self,
+        url: str | None = None,
+        *,
+        policy: Policy | None = None,
+        tokenizer: Callable[[str], int] = count_tokens,
+    ) -> None:
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
+        self.url = db.resolve_url(url)
+        self.engine = db.make_engine(self.url)
+        self.tokenizer = tokenizer
+        try:
+            db.ensure_schema(self.engine)
+            self.policy = self._settle_policy(policy)
+        except BaseException:
+            self.engine.dispose()
+            raise
+
+    def _settle_policy(self, policy: Policy | None) -> Policy:
+        with db.write_transaction(self.engine, "read the store's policy") as conn:
+            recorded = conn.execute(_GET_SETTING, {"name": "policy"}).scalar()
+            if recorded is None:
+                policy = policy or Policy()
+                conn.execute(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                return policy
+        stored = Policy.from_json(recorded)
+        if policy is not None and policy != stored:
+            raise PolicyMismatchError(
+                f"policy={policy!r}: the store at {self.engine.url!r} was created with {stored!r}; "
+                "open it with policy=None, or change it with rebuild(policy=...)"
+            )
+        return stored
+
+    # -- lifecycle ----------------------------------------------------------
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> "PruneStore":
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"PruneStore({self.engine.url.render_as_string(hide_password=True)!r}, policy={self.policy!r})"
+
+    # -- writes -------------------------------------------------------------
+
+    def append(self, session: str, messages: Message | Iterable[Message]) -> Delta:
+        """Append messages in order, in one transaction, and return how the live set moved.
+
+        A message whose id is already stored with equal fields is skipped (a
+        safe retry); with different fields it raises `DuplicateMessageError`.
+        """
+        name = _check_session_name(session)
+        batch = _as_batch(messages)
+        states = [new_state(m, self._tokens(m)) for m in batch]
+        with db.write_transaction(self.engine, f"append to session {name!r}") as conn:
+            row = lock_session(conn, name, create=True)
+            assert row is not None
+            rows = SessionRows(conn, row)
+            stored = rows.stored_by_id(list({m.id: None for m in batch})) if row.last_seq else {}
+            fresh, seen, turn = [], {}, row.current_turn
+            for message, state in zip(batch, states):
+                earlier = stored.get(message.id) or seen.get(message.id)
+                if earlier is not None:
+                    differing = _differing_fields(earlier, message)
+                    if not differing:
+                        continue
+                    raise DuplicateMessageError(
+                        f"id={shorten(message.id)}: already in session {name!r} with different "
+                        f"{', '.join(differing)}"
+                    )
+                if message.turn < turn:
+                    raise TurnOrderError(
+                        f"turn={message.turn}: message id={shorten(message.id)} is older than "
+                        f"the current turn {turn} of session {name!r}"
+                    )
+                turn = message.turn
+                seen[message.id] = message
+                fresh.append(state)
+            if not fresh:
+                return Delta()
+            maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
+            for state in fresh:
+                maintainer.append(state)
+            rows.write_back(
+                maintainer.new,
+                maintainer.changed_messages(),
+                maintainer.changed_keys(),
+                *maintainer.hash_holder_changes(),
+                current_turn=maintainer.current_turn,
+                last_seq=maintainer.last_seq,
+            )
+            added, removed = maintainer.delta()
+        return Delta(tuple(added), tuple(removed))
+
+    def _tokens(self, message: Message) -> int:
+        try:
+            tokens = self.tokenizer(message.content)
+        except Exception as exc:
+            raise InvalidMessageError(f"content={shorten(message.content)}: the tokenizer failed ({exc!r})") from exc
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < 2**31:
+            raise InvalidMessageError(f"tokens={shorten(tokens)}: the tokenizer must return a non-negative int")
+        return tokens
+
+    def rebuild(self, session: str | None = None, *, policy: Policy | None = None) -> None:
+        """Recompute the stored state from the messages (to repair it, or to change the policy).
+
+        A new `policy` applies to the whole store, so it needs ``session=None``.
+        """
+        if policy is not None:
+            if session is not None:
+                raise InvalidPolicyError("policy: a policy change rebuilds every session; pass session=None")
+            if not isinstance(policy, Policy):
+                raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
+        with db.write_transaction(self.engine, "rebuild") as conn:
+            if policy is not None:
+                conn.execute(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+            use = policy or self.policy
+            for name in self._names(conn, session):
+                row = lock_session(conn, name, create=False)
+                assert row is not None
+                self._rebuild_session(conn, row, use)
+        if policy is not None:
+            self.policy = policy
+
+    def _rebuild_session(self, conn: Connection, row: SessionRow, policy: Policy) -> None:
+        stored = [stored_message(r[:14]) for r in conn.execute(_AUDIT, {"sid": row.session_id})]
+        expected = expected_state(
+            stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored)
+        )
+        for table in ("prunestore_keys", "prunestore_hash_holders"):
+            conn.execute(sa.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": row.session_id})
+        changed = [
+            s for s, m in zip(expected.states, stored) if (s.base, s.verdict) != (m.base, m.verdict)
+        ]
+        SessionRows(conn, row).write_back(
+            new=[],
+            changed=changed,
+            keys=list(expected.keys.values()),
+            holders_added=sorted(expected.hash_holders),
+            holders_removed=[],
+            current_turn=_turn_of(stored),
+            last_seq=stored[-1].seq if stored else 0,
+        )
+
+    def delete_session(self, session: str) -> None:
+        """Remove the session and every row that belongs to it."""
+        name = _check_session_name(session)
+        with db.write_transaction(self.engine, f"delete session {name!r}") as conn:
+            row = lock_session(conn, name, create=False)
+            if row is None:
+                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
+            for table in _SESSION_TABLES:
+                conn.execute(sa.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": row.session_id})
+
+    # -- reads --------------------------------------------------------------
+
+    def _session(self, conn: Connection, session: str) -> SessionRow:
+        row = find_session(conn, _check_session_name(session))
+        if row is None:
+            raise SessionNotFoundError(f"session={shorten(session)}: no such session")
+        return row
+
+    def _names(self, conn: Connection, session: str | None) -> list[str]:
+        if session is None:
+            return list(conn.execute(_SESSION_NAMES).scalars())
+        self._session(conn, session)
+        return [session]
+
+    def live(self, session: str) -> list[StoredMessage]:
+        """The live messages, in append order: what goes into the prompt."""
+        with db.read_transaction(self.engine, f"read session {session!r}") as conn:
+            row = self._session(conn, session)
+            return [stored_message(r) for r in conn.execute(_LIVE, {"sid": row.session_id})]
+
+    def messages(self, session: str) -> list[StoredMessage]:
+        """Every message of the session with its verdict, in append order."""
+        with db.read_transaction(self.engine, f"read session {session!r}") as conn:
+            row = self._session(conn, session)
+            return [stored_message(r) for r in conn.execute(_ALL, {"sid": row.session_id})]
+
+    def sessions(self) -> list[str]:
+        """Every session name, sorted."""
+        with db.read_transaction(self.engine, "list sessions") as conn:
+            return list(conn.execute(_SESSION_NAMES).scalars())
+
+    def explain(self, session: str, message_id: str) -> Explanation:
+        """The verdict of one message and what caused it."""
+        with db.read_transaction(self.engine, f"explain in session {session!r}") as conn:
+            row = self._session(conn, session)
+            sid = row.session_id
+            found = conn.execute(_ONE, {"sid": sid, "id": message_id}).first()
+            if found is None:
+                raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
+            message, content_hash = stored_message(found[:14]), bytes(found[14])
+            cause: dict[str, object] = {}
+            if message.base == SUPERSEDED:
+                params = {"sid": sid, "tool_key": message.tool_key, "seq": message.seq}
+                cause["superseded_by"] = conn.execute(_NEXT_HOLDER, params).scalar()
+            if message.base == EXPIRED:
+                cause["expires_after_turn"] = message.expires_after_turn
+            if message.base == DUPLICATE:
+                params = {"sid": sid, "content_hash": content_hash}
+                cause["duplicate_of"] = conn.execute(_FIRST_COPY, params).scalar()
+            if message.verdict == RESTORED:
+                cause.update(self._restoration_cause(conn, sid, message))
+        return Explanation(
+            session=session,
+            message_id=message.id,
+            seq=message.seq,
+            verdict=message.verdict,
+            base=message.base,
+            current_turn=row.current_turn,
+            **cause,
+        )
+
+    def _restoration_cause(self, conn: Connection, sid: int, message: StoredMessage) -> dict[str, tuple[str, ...]]:
+        """The keys this message is the last definer of, and the counting messages that refer to them.
+
+        Reads the refs of the session's counting messages: fine for an
+        operator's question, and kept off the append path.
+        """
+        defines = sorted(new_state(message, 0).defines)
+        keys = list(conn.execute(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq}).scalars())
+        counting = [KEPT, RESTORED] if self.policy.transitive else [KEPT]
+        wanted = set(keys)
+        users = [
+            id_
+            for id_, refs in conn.execute(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
+            if id_ != message.id and wanted.intersection(split_keys(refs))
+        ]
+        return {"needed_for": tuple(keys), "needed_by": tuple(users)}
+
+    def stats(self, session: str | None = None) -> Stats:
+        """Messages and tokens, total and live, per verdict, of one session or of all."""
+        with db.read_transaction(self.engine, "stats") as conn:
+            if session is None:
+                sessions = len(self._names(conn, None))
+                rows = conn.execute(sa.text(_STATS.format(where="")))
+            else:
+                sid = self._session(conn, session).session_id
+                sessions = 1
+                rows = conn.execute(sa.text(_STATS.format(where="WHERE session_id = :sid")), {"sid": sid})
+            by_verdict = {v: VerdictStats() for v in VERDICTS}
+            for verdict, count, tokens in rows:
+                by_verdict[verdict] = VerdictStats(int(count), int(tokens))
+        live = [by_verdict[KEPT], by_verdict[RESTORED]]
+        return Stats(
+            sessions=sessions,
+            messages=sum(v.messages for v in by_verdict.values()),
+            tokens=sum(v.tokens for v in by_verdict.values()),
+            live_messages=sum(v.messages for v in live),
+            live_tokens=sum(v.tokens for v in live),
+            by_verdict=by_verdict,
+        )
+
+    def verify(self, session: str | None = None) -> VerifyReport:
+        """Rerun `prune` over the stored messages and report every difference from the stored state."""
+        sessions = messages = 0
+        mismatches: list[Mismatch] = []
+        with db.read_transaction(self.engine, "verify") as conn:
+            for name in self._names(conn, session):
+                row = self._session(conn, name)
+                found, count = _audit_session(conn, name, row, self.policy)
+                mismatches.extend(found)
+                sessions += 1
+                messages += count
+        return VerifyReport(sessions=sessions, messages=messages, mismatches=tuple(mismatches))
+
+
+def _turn_of(messages: list[StoredMessage]) -> int:
+    return messages[-1].turn if messages else 0
+
+
+def _audit_session(conn: Connection, name: str, row: SessionRow, policy: Policy) -> tuple[list[Mismatch], int]:
+    rows = conn.execute(_AUDIT, {"sid": row.session_id}).all()
+    stored = [stored_message(r[:14]) for r in rows]
+    expected = expected_state(stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored))
+    out: list[Mismatch] = []
+
+    def differ(what: str, subject: str, have: object, want: object) -> None:
+        if have != want:
+            out.append(Mismatch(name, what, subject, have, want))
+
+    differ("session", "current_turn", row.current_turn, _turn_of(stored))
+    differ("session", "last_seq", row.last_seq, stored[-1].seq if stored else 0)
+    for message, r, state in zip(stored, rows, expected.states):
+        differ("verdict", message.id, message.verdict, state.verdict)
+        differ("base", message.id, message.base, state.base)
+        differ("content_hash", message.id, bytes(r[14]), state.content_hash)
+        differ("effective_keys", message.id, (r[15], r[16]), (join_keys(state.defines), join_keys(state.refs)))
+    have_keys = {
+        key: (definer, support, kept)
+        for key, definer, support, kept in conn.execute(_KEY_ROWS, {"sid": row.session_id})
+    }
+    want_keys = {k: (ks.definer, ks.support, ks.kept_refs) for k, ks in expected.keys.items()}
+    empty = (None, 0, 0)
+    for key in sorted(set(have_keys) | set(want_keys)):
+        differ("key", key, have_keys.get(key, empty), want_keys.get(key, empty))
+    have_holders = {(bytes(h), seq) for h, seq in conn.execute(_HOLDER_ROWS, {"sid": row.session_id})}
+    for h, seq in sorted(have_holders ^ expected.hash_holders):
+        differ("hash_holder", f"{h.hex()[:12]}@{seq}", (h, seq) in have_holders, (h, seq) in expected.hash_holders)
+    return out, len(stored)

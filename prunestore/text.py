@@ -1,0 +1,56 @@
+"""Pure text helpers shared by the batch pruner and the store.
+
+Nothing here touches a database, so the rules that decide what is a
+duplicate, which keys a message defines and what a message costs in tokens
+live in one place and are tested on their own.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+__all__ = [
+    "KEY_PATTERN",
+    "normalize",
+    "content_hash",
+    "marker_defines",
+    "marker_refs",
+    "count_tokens",
+]
+
+#: A dependency key, as `DEFINE:`/`REF:` markers and the `defines`/`refs` fields spell it.
+KEY_PATTERN = re.compile(r"[A-Za-z0-9_\-]+")
+
+_DEFINE_MARKER = re.compile(r"DEFINE:([A-Za-z0-9_\-]+)")
+_REF_MARKER = re.compile(r"REF:([A-Za-z0-9_\-]+)")
+_TOKEN_PIECE = re.compile(r"[A-Za-z0-9]+|[^\sA-Za-z0-9]")
+
+
+def normalize(content: str) -> str:
+    """Lower-case and collapse whitespace: two messages are duplicates when this is equal."""
+    return " ".join(content.lower().split())
+
+
+def content_hash(content: str) -> bytes:
+    """SHA-256 of the normalized content, the store's stand-in for normalized equality."""
+    return hashlib.sha256(normalize(content).encode("utf-8", "surrogatepass")).digest()
+
+
+def marker_defines(content: str) -> list[str]:
+    """Keys named by ``DEFINE:<key>`` markers in the content."""
+    return _DEFINE_MARKER.findall(content)
+
+
+def marker_refs(content: str) -> list[str]:
+    """Keys named by ``REF:<key>`` markers in the content."""
+    return _REF_MARKER.findall(content)
+
+
+def count_tokens(text: str) -> int:
+    """The reference article's token heuristic: word pieces, at least one per word.
+
+    Each whitespace-separated word counts its runs of ASCII letters and digits
+    plus each other character on its own; a word never counts less than 1.
+    """
+    return sum(max(1, len(_TOKEN_PIECE.findall(word))) for word in text.split())

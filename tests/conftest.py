@@ -1,0 +1,83 @@
+"""Fixtures: one store fixture over SQLite and PostgreSQL, so each behaviour test runs on both.
+
+PostgreSQL tests need ``PRUNESTORE_TEST_POSTGRES_URL``; each test gets a
+schema of its own (created, put first on the search path, dropped after).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from urllib.parse import quote
+
+import pytest
+import sqlalchemy as sa
+from hypothesis import HealthCheck, settings
+
+from prunestore import Policy, PruneStore
+
+PG_ENV = "PRUNESTORE_TEST_POSTGRES_URL"
+PG_HINT = f"set {PG_ENV}=postgresql+psycopg://postgres@127.0.0.1:5432/test to run the PostgreSQL tests"
+
+settings.register_profile(
+    "default",
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "default"))
+
+BACKENDS = [
+    pytest.param("sqlite", marks=pytest.mark.sqlite),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
+
+
+def _pg_schema_url(base: str, schema: str) -> str:
+    sep = "&" if "?" in base else "?"
+    return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request) -> str:
+    return request.param
+
+
+@pytest.fixture
+def store_url(backend, tmp_path):
+    """A URL of an empty database on the backend under test."""
+    if backend == "sqlite":
+        yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    base = os.environ.get(PG_ENV)
+    if not base:
+        pytest.skip(PG_HINT)
+    schema = f"t_{uuid.uuid4().hex[:12]}"
+    admin = sa.create_engine(base)
+    with admin.begin() as conn:
+        conn.exec_driver_sql(f"CREATE SCHEMA {schema}")
+    try:
+        yield _pg_schema_url(base, schema)
+    finally:
+        with admin.begin() as conn:
+            conn.exec_driver_sql(f"DROP SCHEMA {schema} CASCADE")
+        admin.dispose()
+
+
+@pytest.fixture
+def open_store(store_url):
+    """Open stores on the test database (several opens share it); all closed at the end."""
+    opened: list[PruneStore] = []
+
+    def _open(policy: Policy | None = None, **kwargs) -> PruneStore:
+        store = PruneStore(store_url, policy=policy, **kwargs)
+        opened.append(store)
+        return store
+
+    yield _open
+    for store in opened:
+        store.close()
+
+
+@pytest.fixture
+def store(open_store) -> PruneStore:
+    return open_store()

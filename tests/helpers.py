@@ -1,0 +1,100 @@
+"""Generators of sessions that reach every interaction of the passes.
+
+Small pools make keys, tool keys and passages collide. Each session draws a
+profile (how often messages carry tool keys, TTLs, definitions and
+references, and how many keys there are), so that hypothesis explores both
+sessions that keep almost everything and sessions that drop almost
+everything, where restoration chains, cycles, late references and
+hand-overs between copies are common.
+"""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from prunestore import Message
+
+KEYS = ["k1", "k2", "k3", "k4", "k5", "k6"]
+TOOL_KEYS = ["search", "sql", "fs"]
+TEXTS = ["alpha passage", "Alpha   PASSAGE", "beta passage", "gamma"]
+ROLES = ["system", "user", "assistant", "tool_output", "retrieved_doc", "retrieved_doc"]
+
+
+def _chance(draw, odds: int) -> bool:
+    """True with probability 1/odds."""
+    return draw(st.integers(1, odds)) == 1
+
+
+profiles = st.fixed_dictionaries(
+    {
+        "tool_odds": st.sampled_from([1, 2, 4]),
+        "ttl_odds": st.sampled_from([1, 2, 8]),
+        "keys": st.sampled_from([3, 6]),
+        "define_odds": st.sampled_from([0, 1, 3]),
+        "ref_odds": st.sampled_from([0, 1, 3]),
+        # Every message defines one key and refers to another: long restoration chains and cycles.
+        "linked": st.booleans(),
+    }
+)
+
+
+@st.composite
+def message_specs(draw, profile: dict, tool_roles_can_dedupe: bool = True):
+    """One message's fields except id and turn."""
+    role = draw(st.sampled_from(ROLES))
+    keys = st.sampled_from(KEYS[: profile["keys"]])
+    # Passages come from a smaller pool so that copies (and copies of dropped copies) are common.
+    words = [draw(st.sampled_from(TEXTS[:2] if role == "retrieved_doc" else TEXTS))]
+    tool_key = draw(st.sampled_from(TOOL_KEYS)) if _chance(draw, profile["tool_odds"]) else None
+    expiring = _chance(draw, profile["ttl_odds"])
+    defines, refs = [], []
+    if profile["linked"] and (tool_key is not None or expiring):
+        # Messages that will be dropped define and refer: restoration chains, cycles, late references.
+        defines.append(draw(keys))
+        refs.append(draw(keys))
+    elif not profile["linked"] or _chance(draw, 4):
+        for odds, field in ((profile["define_odds"], defines), (profile["ref_odds"], refs)):
+            while _chance(draw, odds + 1) and len(field) < 3:
+                field.append(draw(keys))
+    for field, marker in ((defines, "DEFINE:"), (refs, "REF:")):
+        # Half of the keys go into the content as markers; passages stay plain so that copies collide.
+        for key in list(field):
+            if role != "retrieved_doc" and draw(st.booleans()):
+                field.remove(key)
+                words.append(marker + key)
+    if tool_key is not None and not tool_roles_can_dedupe and role == "retrieved_doc":
+        tool_key = None
+    return {
+        "role": role,
+        "content": " ".join(words),
+        "tool_key": tool_key,
+        "ttl": draw(st.integers(0, 3)) if expiring else None,
+        "defines": tuple(defines),
+        "refs": tuple(refs),
+    }
+
+
+@st.composite
+def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe: bool = True):
+    """A list of messages in append order, with non-decreasing turns."""
+    profile = draw(profiles)
+    # Draw the length first: st.lists favours short lists, and the interactions need long ones.
+    size = draw(st.integers(min_size, max_size))
+    turn, out = 0, []
+    for i in range(size):
+        spec = draw(message_specs(profile, tool_roles_can_dedupe))
+        turn += draw(st.sampled_from([0, 0, 1, 1, 2]))
+        ttl = spec.pop("ttl")
+        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=None if ttl is None else turn + ttl, **spec))
+    return out
+
+
+@st.composite
+def batches(draw, messages: list[Message]):
+    """The messages cut into consecutive batches of random sizes."""
+    out, i = [], 0
+    while i < len(messages):
+        size = draw(st.integers(1, 4))
+        out.append(messages[i : i + size])
+        i += size
+    return out
