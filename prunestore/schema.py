@@ -58,8 +58,22 @@ MESSAGES = sa.Table(
     sa.Column("base", sa.String(16), nullable=False),
     sa.Column("verdict", sa.String(16), nullable=False),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
-    sa.Index("prunestore_messages_tool_key", "session_id", "tool_key", "seq"),
-    sa.Index("prunestore_messages_expiry", "session_id", "expires_after_turn"),
+    # Partial indexes: only messages with a tool key or a TTL pay for them.
+    sa.Index(
+        "prunestore_messages_tool_key",
+        "session_id",
+        "tool_key",
+        "seq",
+        sqlite_where=sa.text("tool_key IS NOT NULL"),
+        postgresql_where=sa.text("tool_key IS NOT NULL"),
+    ),
+    sa.Index(
+        "prunestore_messages_expiry",
+        "session_id",
+        "expires_after_turn",
+        sqlite_where=sa.text("expires_after_turn IS NOT NULL"),
+        postgresql_where=sa.text("expires_after_turn IS NOT NULL"),
+    ),
 )
 
 HASH_HOLDERS = sa.Table(
@@ -68,6 +82,7 @@ HASH_HOLDERS = sa.Table(
     sa.Column("session_id", sa.Integer, primary_key=True),
     sa.Column("content_hash", sa.LargeBinary(32), primary_key=True),
     sa.Column("seq", sa.BigInteger, primary_key=True),
+    sqlite_with_rowid=False,
 )
 
 KEYS = sa.Table(
@@ -78,5 +93,6 @@ KEYS = sa.Table(
     sa.Column("definer_seq", sa.BigInteger),
     sa.Column("support", sa.Integer, nullable=False),
     sa.Column("kept_refs", sa.Integer, nullable=False),
+    sqlite_with_rowid=False,
 )
 

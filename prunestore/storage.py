@@ -3,6 +3,7 @@
 Statements are prepared once at import; they use only syntax SQLite (3.24+)
 and PostgreSQL share (``ON CONFLICT``, ``LIMIT``), so one text serves both.
 The only per-backend difference here is how a writer locks its session.
+They run on the driver's connection (see `driver`): the append path is hot.
 """
 
 from __future__ import annotations
@@ -11,9 +12,7 @@ import json
 import re
 from typing import Iterable
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
+from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
 from .model import RESTORED, Message, StoredMessage, encode_metadata
 
@@ -30,60 +29,52 @@ _MESSAGE_COLUMNS = (
 )
 
 
-def _sql(text: str, *expanding: str) -> sa.TextClause:
-    clause = sa.text(text)
-    if expanding:
-        clause = clause.bindparams(*(sa.bindparam(name, expanding=True) for name in expanding))
-    return clause
-
-
-SELECT_SESSION = _sql("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name")
-LOCK_SESSION_PG = _sql(
+SELECT_SESSION = Statement("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name")
+LOCK_SESSION_PG = Statement(
     "SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name FOR UPDATE"
 )
-INSERT_SESSION = _sql(
+INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) "
     "ON CONFLICT (name) DO NOTHING"
 )
-UPDATE_SESSION = _sql(
+UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq WHERE session_id = :sid"
 )
-MESSAGES_BY_SEQ = _sql(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs", "seqs")
-MESSAGES_BY_ID = _sql(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids", "ids")
-LAST_TOOL_HOLDER = _sql(
+MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
+MESSAGES_BY_ID = Statement(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
+LAST_TOOL_HOLDER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key "
     "ORDER BY seq DESC LIMIT 1"
 )
-EXPIRING = _sql(
+EXPIRING = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid "
     "AND expires_after_turn >= :lo AND expires_after_turn < :hi AND base IN ('kept', 'duplicate')"
 )
-KEYS_BY_NAME = _sql(
+KEYS_BY_NAME = Statement(
     "SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid AND key IN :keys",
-    "keys",
 )
-FIRST_HOLDER_AFTER = _sql(
+FIRST_HOLDER_AFTER = Statement(
     "SELECT seq FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash "
     "AND seq > :after ORDER BY seq LIMIT 1"
 )
-INSERT_MESSAGE = _sql(
+INSERT_MESSAGE = Statement(
     f"INSERT INTO prunestore_messages ({_MESSAGE_COLUMNS}) VALUES ("
     + ", ".join(":" + c.strip() for c in _MESSAGE_COLUMNS.split(","))
     + ")"
 )
-UPDATE_VERDICT = _sql(
+UPDATE_VERDICT = Statement(
     "UPDATE prunestore_messages SET base = :base, verdict = :verdict WHERE session_id = :sid AND seq = :seq"
 )
-UPSERT_KEY = _sql(
+UPSERT_KEY = Statement(
     "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs) "
     "VALUES (:sid, :key, :definer_seq, :support, :kept_refs) "
     "ON CONFLICT (session_id, key) DO UPDATE SET definer_seq = excluded.definer_seq, "
     "support = excluded.support, kept_refs = excluded.kept_refs"
 )
-INSERT_HOLDER = _sql(
+INSERT_HOLDER = Statement(
     "INSERT INTO prunestore_hash_holders (session_id, content_hash, seq) VALUES (:sid, :content_hash, :seq)"
 )
-DELETE_HOLDER = _sql(
+DELETE_HOLDER = Statement(
     "DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash AND seq = :seq"
 )
 
@@ -163,59 +154,55 @@ class SessionRow:
         self.last_seq = last_seq
 
 
-def find_session(conn: Connection, name: str) -> SessionRow | None:
-    row = conn.execute(SELECT_SESSION, {"name": name}).first()
+def find_session(driver: Driver, name: str) -> SessionRow | None:
+    row = driver.first(SELECT_SESSION, {"name": name})
     return SessionRow(*row) if row else None
 
 
-def lock_session(conn: Connection, name: str, create: bool) -> SessionRow | None:
+def lock_session(driver: Driver, name: str, create: bool) -> SessionRow | None:
     """Read the session row so that no other writer can change the session until commit.
 
     SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
     PostgreSQL writers lock the session's row.
     """
-    select = LOCK_SESSION_PG if conn.dialect.name == "postgresql" else SELECT_SESSION
-    row = conn.execute(select, {"name": name}).first()
+    select = LOCK_SESSION_PG if driver.pyformat else SELECT_SESSION
+    row = driver.first(select, {"name": name})
     if row is None and create:
-        conn.execute(INSERT_SESSION, {"name": name})
-        row = conn.execute(select, {"name": name}).first()
+        driver.run(INSERT_SESSION, {"name": name})
+        row = driver.first(select, {"name": name})
     return SessionRow(*row) if row else None
 
 
 class SessionRows:
     """`incremental.Rows` over one locked session, plus the write-back of a `Maintainer`."""
 
-    def __init__(self, conn: Connection, session: SessionRow) -> None:
-        self.conn = conn
+    def __init__(self, driver: Driver, session: SessionRow) -> None:
+        self.driver = driver
         self.sid = session.session_id
-        self.escape_nul = conn.dialect.name == "postgresql"
+        self.escape_nul = driver.pyformat  # PostgreSQL
 
     def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
-        rows = self.conn.execute(MESSAGES_BY_SEQ, {"sid": self.sid, "seqs": list(seqs)})
-        return [_state(row) for row in rows]
+        return [_state(row) for row in self.driver.chunks(MESSAGES_BY_SEQ, {"sid": self.sid}, "seqs", seqs)]
 
     def last_tool_holder(self, tool_key: str) -> MsgState | None:
-        row = self.conn.execute(LAST_TOOL_HOLDER, {"sid": self.sid, "tool_key": tool_key}).first()
+        row = self.driver.first(LAST_TOOL_HOLDER, {"sid": self.sid, "tool_key": tool_key})
         return _state(row) if row else None
 
     def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
-        rows = self.conn.execute(EXPIRING, {"sid": self.sid, "lo": from_turn, "hi": to_turn})
+        rows = self.driver.all(EXPIRING, {"sid": self.sid, "lo": from_turn, "hi": to_turn})
         return [_state(row) for row in rows]
 
     def keys(self, keys: Iterable[str]) -> list[KeyState]:
-        rows = self.conn.execute(KEYS_BY_NAME, {"sid": self.sid, "keys": list(keys)})
+        rows = self.driver.chunks(KEYS_BY_NAME, {"sid": self.sid}, "keys", keys)
         return [KeyState(key, definer, support, kept) for key, definer, support, kept in rows]
 
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
-        return self.conn.execute(FIRST_HOLDER_AFTER, params).scalar()
+        return self.driver.scalar(FIRST_HOLDER_AFTER, params)
 
     def stored_by_id(self, ids: list[str]) -> dict[str, StoredMessage]:
-        found: dict[str, StoredMessage] = {}
-        for start in range(0, len(ids), 500):
-            rows = self.conn.execute(MESSAGES_BY_ID, {"sid": self.sid, "ids": ids[start : start + 500]})
-            found.update((m.id, m) for m in map(stored_message, rows))
-        return found
+        rows = self.driver.chunks(MESSAGES_BY_ID, {"sid": self.sid}, "ids", ids)
+        return {m.id: m for m in map(stored_message, rows)}
 
     def message_params(self, state: MsgState) -> dict:
         m = state.message
@@ -253,13 +240,13 @@ class SessionRows:
         last_seq: int,
     ) -> None:
         """Write what an append (or a rebuild) changed, a few executemany calls in all."""
-        sid, execute = self.sid, self.conn.execute
+        sid, run_many = self.sid, self.driver.run_many
         if new:
-            execute(INSERT_MESSAGE, [self.message_params(s) for s in new])
+            run_many(INSERT_MESSAGE, [self.message_params(s) for s in new])
         if changed:
-            execute(UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed])
+            run_many(UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed])
         if keys:
-            execute(
+            run_many(
                 UPSERT_KEY,
                 [
                     {"sid": sid, "key": k.key, "definer_seq": k.definer, "support": k.support, "kept_refs": k.kept_refs}
@@ -267,7 +254,7 @@ class SessionRows:
                 ],
             )
         if holders_removed:
-            execute(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
+            run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
         if holders_added:
-            execute(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        execute(UPDATE_SESSION, {"sid": sid, "turn": current_turn, "last_seq": last_seq})
+            run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
+        self.driver.run(UPDATE_SESSION, {"sid": sid, "turn": current_turn, "last_seq": last_seq})

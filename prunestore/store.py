@@ -6,10 +6,8 @@ import json
 from dataclasses import fields
 from typing import Callable, Iterable
 
-import sqlalchemy as sa
-from sqlalchemy.engine import Connection
-
 from . import db
+from .driver import Driver, Statement
 from .audit import expected_state, new_state
 from .errors import (
     DuplicateMessageError,
@@ -29,7 +27,6 @@ from .storage import (
     SessionRow,
     SessionRows,
     _FULL,
-    _sql,
     find_session,
     join_keys,
     lock_session,
@@ -43,45 +40,52 @@ __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 MAX_SESSION_NAME = 512
 _MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
-_LIVE = _sql(
+_LIVE = Statement(
     f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid "
     "AND verdict IN ('kept', 'restored') ORDER BY seq"
 )
-_ALL = _sql(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
-_AUDIT = _sql(
+_ALL = Statement(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+_AUDIT = Statement(
     f"SELECT {_FULL}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-_ONE = _sql(f"SELECT {_FULL}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
-_NEXT_HOLDER = _sql(
+_ONE = Statement(f"SELECT {_FULL}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_NEXT_HOLDER = Statement(
     "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
     "ORDER BY seq LIMIT 1"
 )
-_FIRST_COPY = _sql(
+_FIRST_COPY = Statement(
     "SELECT m.id FROM prunestore_hash_holders h JOIN prunestore_messages m "
     "ON m.session_id = h.session_id AND m.seq = h.seq "
     "WHERE h.session_id = :sid AND h.content_hash = :content_hash ORDER BY h.seq LIMIT 1"
 )
-_DEFINED_KEYS = _sql(
+_DEFINED_KEYS = Statement(
     "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
-    "AND support > 0 ORDER BY key",
-    "keys",
+    "AND support > 0 ORDER BY key"
 )
-_COUNTING_REFS = _sql(
+_COUNTING_REFS = Statement(
     "SELECT id, eff_refs FROM prunestore_messages WHERE session_id = :sid AND verdict IN :verdicts "
-    "AND eff_refs <> '' ORDER BY seq",
-    "verdicts",
+    "AND eff_refs <> '' ORDER BY seq"
 )
-_KEY_ROWS = _sql("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
-_HOLDER_ROWS = _sql("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
-_SESSION_NAMES = _sql("SELECT name FROM prunestore_sessions ORDER BY name")
-_STATS = "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages {where} GROUP BY verdict"
-_GET_SETTING = _sql("SELECT value FROM prunestore_settings WHERE name = :name")
-_PUT_SETTING = _sql(
+_KEY_ROWS = Statement("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
+_HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
+_SESSION_NAMES = Statement("SELECT name FROM prunestore_sessions ORDER BY name")
+_STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
+_STATS_ONE = Statement(
+    "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages WHERE session_id = :sid "
+    "GROUP BY verdict"
+)
+_GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
+_PUT_SETTING = Statement(
     "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
-_SESSION_TABLES = ("prunestore_messages", "prunestore_keys", "prunestore_hash_holders", "prunestore_sessions")
+_DELETE_DERIVED = [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid") for table in ("prunestore_keys", "prunestore_hash_holders")
+]
+_DELETE_SESSION = _DELETE_DERIVED + [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid") for table in ("prunestore_messages", "prunestore_sessions")
+]
 
 
 def _check_session_name(session: object) -> str:
@@ -141,11 +145,11 @@ class PruneStore:
             raise
 
     def _settle_policy(self, policy: Policy | None) -> Policy:
-        with db.write_transaction(self.engine, "read the store's policy") as conn:
-            recorded = conn.execute(_GET_SETTING, {"name": "policy"}).scalar()
+        with db.transaction(self.engine, "read the store's policy", write=True) as driver:
+            recorded = driver.scalar(_GET_SETTING, {"name": "policy"})
             if recorded is None:
                 policy = policy or Policy()
-                conn.execute(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
                 return policy
         stored = Policy.from_json(recorded)
         if policy is not None and policy != stored:
@@ -180,10 +184,10 @@ class PruneStore:
         name = _check_session_name(session)
         batch = _as_batch(messages)
         states = [new_state(m, self._tokens(m)) for m in batch]
-        with db.write_transaction(self.engine, f"append to session {name!r}") as conn:
-            row = lock_session(conn, name, create=True)
+        with db.transaction(self.engine, f"append to session {name!r}", write=True) as driver:
+            row = lock_session(driver, name, create=True)
             assert row is not None
-            rows = SessionRows(conn, row)
+            rows = SessionRows(driver, row)
             stored = rows.stored_by_id(list({m.id: None for m in batch})) if row.last_seq else {}
             fresh, seen, turn = [], {}, row.current_turn
             for message, state in zip(batch, states):
@@ -239,28 +243,28 @@ class PruneStore:
                 raise InvalidPolicyError("policy: a policy change rebuilds every session; pass session=None")
             if not isinstance(policy, Policy):
                 raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
-        with db.write_transaction(self.engine, "rebuild") as conn:
+        with db.transaction(self.engine, "rebuild", write=True) as driver:
             if policy is not None:
-                conn.execute(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
             use = policy or self.policy
-            for name in self._names(conn, session):
-                row = lock_session(conn, name, create=False)
+            for name in self._names(driver, session):
+                row = lock_session(driver, name, create=False)
                 assert row is not None
-                self._rebuild_session(conn, row, use)
+                self._rebuild_session(driver, row, use)
         if policy is not None:
             self.policy = policy
 
-    def _rebuild_session(self, conn: Connection, row: SessionRow, policy: Policy) -> None:
-        stored = [stored_message(r[:14]) for r in conn.execute(_AUDIT, {"sid": row.session_id})]
+    def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
+        stored = [stored_message(r[:14]) for r in driver.all(_AUDIT, {"sid": row.session_id})]
         expected = expected_state(
             stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored)
         )
-        for table in ("prunestore_keys", "prunestore_hash_holders"):
-            conn.execute(sa.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": row.session_id})
+        for statement in _DELETE_DERIVED:
+            driver.run(statement, {"sid": row.session_id})
         changed = [
             s for s, m in zip(expected.states, stored) if (s.base, s.verdict) != (m.base, m.verdict)
         ]
-        SessionRows(conn, row).write_back(
+        SessionRows(driver, row).write_back(
             new=[],
             changed=changed,
             keys=list(expected.keys.values()),
@@ -273,64 +277,64 @@ class PruneStore:
     def delete_session(self, session: str) -> None:
         """Remove the session and every row that belongs to it."""
         name = _check_session_name(session)
-        with db.write_transaction(self.engine, f"delete session {name!r}") as conn:
-            row = lock_session(conn, name, create=False)
+        with db.transaction(self.engine, f"delete session {name!r}", write=True) as driver:
+            row = lock_session(driver, name, create=False)
             if row is None:
                 raise SessionNotFoundError(f"session={shorten(name)}: no such session")
-            for table in _SESSION_TABLES:
-                conn.execute(sa.text(f"DELETE FROM {table} WHERE session_id = :sid"), {"sid": row.session_id})
+            for statement in _DELETE_SESSION:
+                driver.run(statement, {"sid": row.session_id})
 
     # -- reads --------------------------------------------------------------
 
-    def _session(self, conn: Connection, session: str) -> SessionRow:
-        row = find_session(conn, _check_session_name(session))
+    def _session(self, driver: Driver, session: str) -> SessionRow:
+        row = find_session(driver, _check_session_name(session))
         if row is None:
             raise SessionNotFoundError(f"session={shorten(session)}: no such session")
         return row
 
-    def _names(self, conn: Connection, session: str | None) -> list[str]:
+    def _names(self, driver: Driver, session: str | None) -> list[str]:
         if session is None:
-            return list(conn.execute(_SESSION_NAMES).scalars())
-        self._session(conn, session)
+            return [name for (name,) in driver.all(_SESSION_NAMES, {})]
+        self._session(driver, session)
         return [session]
 
     def live(self, session: str) -> list[StoredMessage]:
         """The live messages, in append order: what goes into the prompt."""
-        with db.read_transaction(self.engine, f"read session {session!r}") as conn:
-            row = self._session(conn, session)
-            return [stored_message(r) for r in conn.execute(_LIVE, {"sid": row.session_id})]
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            row = self._session(driver, session)
+            return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
 
     def messages(self, session: str) -> list[StoredMessage]:
         """Every message of the session with its verdict, in append order."""
-        with db.read_transaction(self.engine, f"read session {session!r}") as conn:
-            row = self._session(conn, session)
-            return [stored_message(r) for r in conn.execute(_ALL, {"sid": row.session_id})]
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            row = self._session(driver, session)
+            return [stored_message(r) for r in driver.all(_ALL, {"sid": row.session_id})]
 
     def sessions(self) -> list[str]:
         """Every session name, sorted."""
-        with db.read_transaction(self.engine, "list sessions") as conn:
-            return list(conn.execute(_SESSION_NAMES).scalars())
+        with db.transaction(self.engine, "list sessions") as driver:
+            return [name for (name,) in driver.all(_SESSION_NAMES, {})]
 
     def explain(self, session: str, message_id: str) -> Explanation:
         """The verdict of one message and what caused it."""
-        with db.read_transaction(self.engine, f"explain in session {session!r}") as conn:
-            row = self._session(conn, session)
+        with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
+            row = self._session(driver, session)
             sid = row.session_id
-            found = conn.execute(_ONE, {"sid": sid, "id": message_id}).first()
+            found = driver.first(_ONE, {"sid": sid, "id": message_id})
             if found is None:
                 raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
             message, content_hash = stored_message(found[:14]), bytes(found[14])
             cause: dict[str, object] = {}
             if message.base == SUPERSEDED:
                 params = {"sid": sid, "tool_key": message.tool_key, "seq": message.seq}
-                cause["superseded_by"] = conn.execute(_NEXT_HOLDER, params).scalar()
+                cause["superseded_by"] = driver.scalar(_NEXT_HOLDER, params)
             if message.base == EXPIRED:
                 cause["expires_after_turn"] = message.expires_after_turn
             if message.base == DUPLICATE:
                 params = {"sid": sid, "content_hash": content_hash}
-                cause["duplicate_of"] = conn.execute(_FIRST_COPY, params).scalar()
+                cause["duplicate_of"] = driver.scalar(_FIRST_COPY, params)
             if message.verdict == RESTORED:
-                cause.update(self._restoration_cause(conn, sid, message))
+                cause.update(self._restoration_cause(driver, sid, message))
         return Explanation(
             session=session,
             message_id=message.id,
@@ -341,33 +345,33 @@ class PruneStore:
             **cause,
         )
 
-    def _restoration_cause(self, conn: Connection, sid: int, message: StoredMessage) -> dict[str, tuple[str, ...]]:
+    def _restoration_cause(self, driver: Driver, sid: int, message: StoredMessage) -> dict[str, tuple[str, ...]]:
         """The keys this message is the last definer of, and the counting messages that refer to them.
 
         Reads the refs of the session's counting messages: fine for an
         operator's question, and kept off the append path.
         """
         defines = sorted(new_state(message, 0).defines)
-        keys = list(conn.execute(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq}).scalars())
+        keys = [key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq})]
         counting = [KEPT, RESTORED] if self.policy.transitive else [KEPT]
         wanted = set(keys)
         users = [
             id_
-            for id_, refs in conn.execute(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
+            for id_, refs in driver.all(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
             if id_ != message.id and wanted.intersection(split_keys(refs))
         ]
         return {"needed_for": tuple(keys), "needed_by": tuple(users)}
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""
-        with db.read_transaction(self.engine, "stats") as conn:
+        with db.transaction(self.engine, "stats", snapshot=True) as driver:
             if session is None:
-                sessions = len(self._names(conn, None))
-                rows = conn.execute(sa.text(_STATS.format(where="")))
+                sessions = len(self._names(driver, None))
+                rows = driver.all(_STATS_ALL, {})
             else:
-                sid = self._session(conn, session).session_id
+                sid = self._session(driver, session).session_id
                 sessions = 1
-                rows = conn.execute(sa.text(_STATS.format(where="WHERE session_id = :sid")), {"sid": sid})
+                rows = driver.all(_STATS_ONE, {"sid": sid})
             by_verdict = {v: VerdictStats() for v in VERDICTS}
             for verdict, count, tokens in rows:
                 by_verdict[verdict] = VerdictStats(int(count), int(tokens))
@@ -385,10 +389,10 @@ class PruneStore:
         """Rerun `prune` over the stored messages and report every difference from the stored state."""
         sessions = messages = 0
         mismatches: list[Mismatch] = []
-        with db.read_transaction(self.engine, "verify") as conn:
-            for name in self._names(conn, session):
-                row = self._session(conn, name)
-                found, count = _audit_session(conn, name, row, self.policy)
+        with db.transaction(self.engine, "verify", snapshot=True) as driver:
+            for name in self._names(driver, session):
+                row = self._session(driver, name)
+                found, count = _audit_session(driver, name, row, self.policy)
                 mismatches.extend(found)
                 sessions += 1
                 messages += count
@@ -399,8 +403,8 @@ def _turn_of(messages: list[StoredMessage]) -> int:
     return messages[-1].turn if messages else 0
 
 
-def _audit_session(conn: Connection, name: str, row: SessionRow, policy: Policy) -> tuple[list[Mismatch], int]:
-    rows = conn.execute(_AUDIT, {"sid": row.session_id}).all()
+def _audit_session(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[list[Mismatch], int]:
+    rows = driver.all(_AUDIT, {"sid": row.session_id})
     stored = [stored_message(r[:14]) for r in rows]
     expected = expected_state(stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored))
     out: list[Mismatch] = []
@@ -418,13 +422,13 @@ def _audit_session(conn: Connection, name: str, row: SessionRow, policy: Policy)
         differ("effective_keys", message.id, (r[15], r[16]), (join_keys(state.defines), join_keys(state.refs)))
     have_keys = {
         key: (definer, support, kept)
-        for key, definer, support, kept in conn.execute(_KEY_ROWS, {"sid": row.session_id})
+        for key, definer, support, kept in driver.all(_KEY_ROWS, {"sid": row.session_id})
     }
     want_keys = {k: (ks.definer, ks.support, ks.kept_refs) for k, ks in expected.keys.items()}
     empty = (None, 0, 0)
     for key in sorted(set(have_keys) | set(want_keys)):
         differ("key", key, have_keys.get(key, empty), want_keys.get(key, empty))
-    have_holders = {(bytes(h), seq) for h, seq in conn.execute(_HOLDER_ROWS, {"sid": row.session_id})}
+    have_holders = {(bytes(h), seq) for h, seq in driver.all(_HOLDER_ROWS, {"sid": row.session_id})}
     for h, seq in sorted(have_holders ^ expected.hash_holders):
         differ("hash_holder", f"{h.hex()[:12]}@{seq}", (h, seq) in have_holders, (h, seq) in expected.hash_holders)
     return out, len(stored)

@@ -49,13 +49,19 @@ def upgrade() -> None:
         sa.Column("verdict", sa.String(16), nullable=False),
         sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     )
-    op.create_index("prunestore_messages_tool_key", "prunestore_messages", ["session_id", "tool_key", "seq"])
-    op.create_index("prunestore_messages_expiry", "prunestore_messages", ["session_id", "expires_after_turn"])
+    # Partial indexes: only messages with a tool key or a TTL pay for them.
+    for name, columns, column in (
+        ("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key"),
+        ("prunestore_messages_expiry", ["session_id", "expires_after_turn"], "expires_after_turn"),
+    ):
+        where = sa.text(f"{column} IS NOT NULL")
+        op.create_index(name, "prunestore_messages", columns, sqlite_where=where, postgresql_where=where)
     op.create_table(
         "prunestore_hash_holders",
         sa.Column("session_id", sa.Integer, primary_key=True),
         sa.Column("content_hash", sa.LargeBinary(32), primary_key=True),
         sa.Column("seq", sa.BigInteger, primary_key=True),
+        sqlite_with_rowid=False,
     )
     op.create_table(
         "prunestore_keys",
@@ -64,6 +70,7 @@ def upgrade() -> None:
         sa.Column("definer_seq", sa.BigInteger),
         sa.Column("support", sa.Integer, nullable=False),
         sa.Column("kept_refs", sa.Integer, nullable=False),
+        sqlite_with_rowid=False,
     )
     op.execute(
         "CREATE VIEW prunestore_live AS "

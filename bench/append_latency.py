@@ -1,0 +1,133 @@
+"""Append latency at growing session sizes, on SQLite (file, WAL) and PostgreSQL.
+
+Builds one session's history with batched appends (1,000 messages a
+transaction), then times single-message appends, each in its own
+transaction, at 1,000, 10,000 and 100,000 messages of history, and prints p50,
+p99 and the ratio of the largest size's p50 to the smallest's.
+
+    python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
+        [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
+
+Targets (issue 2): SQLite p50 <= 0.25 ms, PostgreSQL p50 <= 2 ms, ratio <= 1.2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from prunestore import Message, PruneStore
+
+
+class AgentTraffic:
+    """A tool-agent-like stream: user and assistant turns, tool calls that repeat, passages that recur."""
+
+    TOOLS = ["search", "sql_query", "calculator", "filesystem", "web_fetch"]
+
+    def __init__(self, seed: int = 7) -> None:
+        self.rng = random.Random(seed)
+        self.n = 0
+        self.turn = 0
+        self.open_keys: list[str] = []
+
+    def _id(self) -> str:
+        self.n += 1
+        return f"m{self.n}"
+
+    def next(self) -> Message:
+        r = self.rng.random()
+        if r < 0.25:
+            self.turn += 1
+            if self.rng.random() < 0.08:
+                key = f"pref{self.n}"
+                self.open_keys.append(key)
+                return Message(self._id(), "user", f"Remember this preference DEFINE:{key}", self.turn)
+            if self.open_keys and self.rng.random() < 0.3:
+                key = self.rng.choice(self.open_keys)
+                return Message(self._id(), "user", f"Use what I said before REF:{key}", self.turn)
+            return Message(self._id(), "user", f"question {self.n} about the data", self.turn)
+        if r < 0.5:
+            return Message(self._id(), "assistant", f"answer {self.n} with some explanation", self.turn)
+        if r < 0.8:
+            tool = self.rng.choice(self.TOOLS)
+            resource = self.rng.randrange(20)
+            return Message(
+                self._id(), "tool_output", f"{tool} result {self.n}", self.turn,
+                tool_key=f"{tool}:{resource}", expires_after_turn=self.turn + 50,
+            )
+        passage = self.rng.randrange(400)
+        return Message(self._id(), "retrieved_doc", f"Passage number {passage} of the handbook.", self.turn)
+
+    def batch(self, size: int) -> list[Message]:
+        return [self.next() for _ in range(size)]
+
+
+def percentile(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
+
+
+def measure(url: str, sizes: list[int], samples: int) -> list[tuple[int, float, float]]:
+    store = PruneStore(url)
+    traffic = AgentTraffic()
+    session = f"bench-{uuid.uuid4().hex[:8]}"
+    have = 0
+    rows = []
+    for size in sizes:
+        while have < size:
+            batch = traffic.batch(min(1000, size - have))
+            store.append(session, batch)
+            have += len(batch)
+        if store.engine.dialect.name == "postgresql":
+            with store.engine.begin() as conn:
+                conn.exec_driver_sql("ANALYZE prunestore_messages, prunestore_keys, prunestore_hash_holders")
+        timings = []
+        for _ in range(samples):
+            message = traffic.next()
+            start = time.perf_counter()
+            store.append(session, message)
+            timings.append((time.perf_counter() - start) * 1000)
+            have += 1
+        rows.append((size, statistics.median(timings), percentile(timings, 0.99)))
+        print(f"  {size:>7,} messages: p50 {rows[-1][1]:.3f} ms  p99 {rows[-1][2]:.3f} ms", flush=True)
+    assert store.verify(session).ok
+    store.delete_session(session)
+    store.close()
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="1000,10000,100000")
+    parser.add_argument("--samples", type=int, default=1000)
+    parser.add_argument("--postgres", default=os.environ.get("PRUNESTORE_TEST_POSTGRES_URL", ""))
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    with tempfile.TemporaryDirectory() as tmp:
+        backends = [("SQLite (file, WAL)", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        if args.postgres:
+            backends.append(("PostgreSQL", args.postgres))
+        results = {}
+        for name, url in backends:
+            print(f"{name}:", flush=True)
+            results[name] = measure(url, sizes, args.samples)
+    print()
+    print(f"{'backend':<20} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    for name, rows in results.items():
+        for size, p50, p99 in rows:
+            print(f"{name:<20} {size:>9,} {p50:>8.3f} {p99:>8.3f}")
+        print(f"{name:<20} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,106 @@
+"""Alembic: the schema is created, removed and created again; the wheel carries the migrations."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+
+from prunestore import Message, PruneStore, db
+from prunestore.schema import VERSION_TABLE, metadata
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tables(engine) -> set[str]:
+    with engine.connect() as conn:
+        inspector = sa.inspect(conn)
+        return {t for t in inspector.get_table_names() if t.startswith("prunestore_")} | {
+            v for v in inspector.get_view_names() if v.startswith("prunestore_")
+        }
+
+
+def test_upgrade_downgrade_upgrade(store_url):
+    engine = db.make_engine(store_url)
+    try:
+        assert tables(engine) == set()
+        db.upgrade(engine)
+        expected = set(metadata.tables) | {"prunestore_live", VERSION_TABLE}
+        assert tables(engine) == expected
+        with engine.connect() as conn:
+            assert db.current_revision(conn) == db.head_revision()
+        db.downgrade(engine, "base")
+        assert tables(engine) == {VERSION_TABLE}
+        with engine.connect() as conn:
+            assert db.current_revision(conn) is None
+        db.upgrade(engine)
+        assert tables(engine) == expected
+        db.upgrade(engine)  # already at head: a no-op
+    finally:
+        engine.dispose()
+
+
+def test_the_migrated_schema_matches_the_metadata(store_url):
+    engine = db.make_engine(store_url)
+    try:
+        db.upgrade(engine)
+        with engine.connect() as conn:
+            context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
+            diff = compare_metadata(context, metadata)
+        diff = [d for d in diff if not (d[0] == "remove_table" and d[1].name == VERSION_TABLE)]
+        assert diff == []
+    finally:
+        engine.dispose()
+
+
+def test_a_store_lives_beside_an_application_with_its_own_alembic_table(store_url):
+    engine = sa.create_engine(db.resolve_url(store_url))
+    with engine.begin() as conn:
+        conn.execute(sa.text("CREATE TABLE alembic_version (version_num VARCHAR(32) NOT NULL)"))
+        conn.execute(sa.text("INSERT INTO alembic_version VALUES ('app_rev_1')"))
+    with PruneStore(store_url) as store:
+        store.append("s", Message("a", "user", "hi", 0))
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "app_rev_1"
+    engine.dispose()
+
+
+@pytest.mark.sqlite
+@pytest.mark.slow
+def test_the_installed_wheel_creates_a_store(tmp_path):
+    """Build the wheel, install it in a fresh venv without the source tree, and open a store."""
+    wheel_dir = tmp_path / "wheel"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = wheel_dir.glob("prunestore-*.whl")
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=False)
+    python = env_dir / "bin" / "python"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
+        check=True,
+    )
+    code = (
+        "import prunestore, pathlib, sys\n"
+        "assert 'site-packages' in prunestore.__file__, prunestore.__file__\n"
+        "s = prunestore.PruneStore('sqlite:///' + sys.argv[1])\n"
+        "s.append('s', prunestore.Message('a', 'user', 'hi', 0))\n"
+        "print(len(s.live('s')), s.verify().ok)\n"
+    )
+    out = subprocess.run(
+        [str(python), "-c", code, str(tmp_path / "w.db")],
+        capture_output=True, text=True, cwd=tmp_path,
+        # The dependencies come from this environment; .pth files (the editable install) are not read from here.
+        env={**os.environ, "PYTHONPATH": str(Path(sa.__file__).parents[1])},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["1", "True"]

@@ -1,0 +1,58 @@
+"""No statement on the append path scans a session: each is answered through an index.
+
+The statements an append actually runs are recorded, then explained: on
+SQLite every plan step must be a SEARCH; on PostgreSQL, with sequential
+scans disabled, no plan may contain a Seq Scan (so an index can serve it).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from prunestore import Message as M
+from prunestore import db
+from prunestore.driver import Driver
+
+from test_scenarios import SCENARIOS
+
+
+@pytest.fixture
+def recorded(monkeypatch):
+    seen: dict[str, tuple] = {}
+    run, run_many = Driver._run, Driver.run_many
+
+    def record_run(self, statement, params):
+        seen.setdefault(statement.text, (statement, dict(params)))
+        return run(self, statement, params)
+
+    def record_many(self, statement, rows):
+        if rows:
+            seen.setdefault(statement.text, (statement, dict(rows[0])))
+        return run_many(self, statement, rows)
+
+    monkeypatch.setattr(Driver, "_run", record_run)
+    monkeypatch.setattr(Driver, "run_many", record_many)
+    return seen
+
+
+def test_append_statements_use_indexes(store, recorded):
+    store.append("other", [M(f"o{i}", "tool_output", f"x{i}", 0, tool_key=f"t{i % 3}") for i in range(50)])
+    for messages in SCENARIOS.values():
+        for m in messages:
+            store.append("s" + str(hash(tuple(x.id for x in messages)) % 1000), m)
+    store.append("s", [M("e1", "user", "a", 0, expires_after_turn=0), M("e2", "user", "b", 3)])
+    statements = [(s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))]
+    assert len(statements) >= 8  # lookups by seq, id, tool key, expiry, key, hash; updates; deletes
+    with db.transaction(store.engine, "explain") as driver:
+        postgres = driver.pyformat
+        if postgres:
+            driver.raw.execute("SET LOCAL enable_seqscan = off")
+        for statement, params in statements:
+            sql, params = statement.render(driver.pyformat, params)
+            cursor = driver.raw.cursor()
+            cursor.execute(("EXPLAIN " if postgres else "EXPLAIN QUERY PLAN ") + sql, params)
+            plan = [str(row[-1] if not postgres else row[0]) for row in cursor.fetchall()]
+            if postgres:
+                assert not any("Seq Scan" in line for line in plan), (statement.text, plan)
+            else:
+                assert all(line.startswith("SEARCH") for line in plan), (statement.text, plan)
