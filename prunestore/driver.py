@@ -13,7 +13,7 @@ value expands in place, so ``IN :ids`` becomes ``IN (:ids_0, :ids_1)``.
 from __future__ import annotations
 
 import re
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Any, Iterable, Iterator, Sequence
 
 from sqlalchemy.engine import Dialect
@@ -81,6 +81,10 @@ class Driver:
         except self._errors as exc:
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise DatabaseError(f"{action} failed: {detail}") from exc
+
+    def pipeline(self):
+        """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite."""
+        return self.raw.pipeline() if self.pyformat else nullcontext()
 
     def _fail(self, statement: Statement, exc: Exception) -> DatabaseError:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -33,6 +33,14 @@ SELECT_SESSION = Statement("SELECT session_id, current_turn, last_seq FROM prune
 LOCK_SESSION_PG = Statement(
     "SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name FOR UPDATE"
 )
+_WITH_IDS = (
+    "SELECT s.session_id, s.current_turn, s.last_seq, "
+    + ", ".join("m." + c.strip() for c in _FULL.split(","))
+    + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
+    "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
+)
+SESSION_WITH_IDS = Statement(_WITH_IDS)
+LOCK_SESSION_WITH_IDS_PG = Statement(_WITH_IDS + " FOR UPDATE OF s")
 INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) "
     "ON CONFLICT (name) DO NOTHING"
@@ -41,7 +49,6 @@ UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
-MESSAGES_BY_ID = Statement(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 LAST_TOOL_HOLDER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key "
     "ORDER BY seq DESC LIMIT 1"
@@ -173,6 +180,29 @@ def lock_session(driver: Driver, name: str, create: bool) -> SessionRow | None:
     return SessionRow(*row) if row else None
 
 
+def lock_session_for_append(
+    driver: Driver, name: str, ids: list[str]
+) -> tuple[SessionRow, dict[str, StoredMessage]]:
+    """Lock (creating if need be) the session and read the messages it already holds with these ids.
+
+    One round trip for the common case: the lock and the retry check together.
+    """
+    select = LOCK_SESSION_WITH_IDS_PG if driver.pyformat else SESSION_WITH_IDS
+    found: dict[str, StoredMessage] = {}
+    row = None
+    for start in range(0, max(len(ids), 1), 500):
+        rows = driver.all(select, {"name": name, "ids": ids[start : start + 500] or [""]})
+        if not rows:
+            break
+        row = SessionRow(*rows[0][:3])
+        found.update((m.id, m) for m in (stored_message(r[3:]) for r in rows if r[3] is not None))
+    if row is None:
+        driver.run(INSERT_SESSION, {"name": name})
+        row = lock_session(driver, name, create=False)
+        assert row is not None
+    return row, found
+
+
 class SessionRows:
     """`incremental.Rows` over one locked session, plus the write-back of a `Maintainer`."""
 
@@ -199,10 +229,6 @@ class SessionRows:
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
         return self.driver.scalar(FIRST_HOLDER_AFTER, params)
-
-    def stored_by_id(self, ids: list[str]) -> dict[str, StoredMessage]:
-        rows = self.driver.chunks(MESSAGES_BY_ID, {"sid": self.sid}, "ids", ids)
-        return {m.id: m for m in map(stored_message, rows)}
 
     def message_params(self, state: MsgState) -> dict:
         m = state.message
@@ -239,7 +265,11 @@ class SessionRows:
         current_turn: int,
         last_seq: int,
     ) -> None:
-        """Write what an append (or a rebuild) changed, a few executemany calls in all."""
+        """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL."""
+        with self.driver.pipeline():
+            self._write_back(new, changed, keys, holders_added, holders_removed, current_turn, last_seq)
+
+    def _write_back(self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq) -> None:
         sid, run_many = self.sid, self.driver.run_many
         if new:
             run_many(INSERT_MESSAGE, [self.message_params(s) for s in new])

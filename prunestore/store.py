@@ -30,6 +30,7 @@ from .storage import (
     find_session,
     join_keys,
     lock_session,
+    lock_session_for_append,
     split_keys,
     stored_message,
 )
@@ -185,10 +186,8 @@ class PruneStore:
         batch = _as_batch(messages)
         states = [new_state(m, self._tokens(m)) for m in batch]
         with db.transaction(self.engine, f"append to session {name!r}", write=True) as driver:
-            row = lock_session(driver, name, create=True)
-            assert row is not None
+            row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
             rows = SessionRows(driver, row)
-            stored = rows.stored_by_id(list({m.id: None for m in batch})) if row.last_seq else {}
             fresh, seen, turn = [], {}, row.current_turn
             for message, state in zip(batch, states):
                 earlier = stored.get(message.id) or seen.get(message.id)
