@@ -60,13 +60,15 @@ def make_engine(url: str | None = None) -> Engine:
     """An engine set up for prunestore's locking on SQLite or PostgreSQL."""
     url = resolve_url(url)
     try:
+        backend = sa.engine.make_url(url).get_backend_name()
+        if backend not in ("sqlite", "postgresql"):
+            raise PruneStoreError(f"url={url!r}: only sqlite and postgresql URLs are supported")
         engine = sa.create_engine(url)
     except (sa.exc.ArgumentError, ImportError) as exc:
-        raise PruneStoreError(f"url={url!r}: cannot open ({exc})") from exc
-    if engine.dialect.name == "sqlite":
+        hint = " (pip install 'prunestore[postgres]')" if "psycopg" in str(exc) else ""
+        raise PruneStoreError(f"url={url!r}: cannot open ({exc}){hint}") from exc
+    if backend == "sqlite":
         _configure_sqlite(engine)
-    elif engine.dialect.name != "postgresql":
-        raise PruneStoreError(f"url={url!r}: only sqlite and postgresql are supported")
     return engine
 
 
