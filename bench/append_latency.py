@@ -23,8 +23,6 @@ import time
 import uuid
 from pathlib import Path
 
-import sqlalchemy as sa
-
 from prunestore import Message, PruneStore
 
 
@@ -61,8 +59,12 @@ class AgentTraffic:
             tool = self.rng.choice(self.TOOLS)
             resource = self.rng.randrange(20)
             return Message(
-                self._id(), "tool_output", f"{tool} result {self.n}", self.turn,
-                tool_key=f"{tool}:{resource}", expires_after_turn=self.turn + 50,
+                self._id(),
+                "tool_output",
+                f"{tool} result {self.n}",
+                self.turn,
+                tool_key=f"{tool}:{resource}",
+                expires_after_turn=self.turn + 50,
             )
         passage = self.rng.randrange(400)
         return Message(self._id(), "retrieved_doc", f"Passage number {passage} of the handbook.", self.turn)

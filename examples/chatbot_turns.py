@@ -21,8 +21,13 @@ def conversation(start_turn: int) -> list[list[Message]]:
     turns = [
         [
             # Small talk goes stale after two turns, unless something still needs it.
-            Message(f"u{t}", "user", "Hi! My preferred export format is CSV. DEFINE:export_format", t,
-                    expires_after_turn=t + 2),
+            Message(
+                f"u{t}",
+                "user",
+                "Hi! My preferred export format is CSV. DEFINE:export_format",
+                t,
+                expires_after_turn=t + 2,
+            ),
             Message(f"a{t}", "assistant", "Noted, CSV it is.", t, expires_after_turn=t + 2),
         ]
     ]
@@ -31,11 +36,17 @@ def conversation(start_turn: int) -> list[list[Message]]:
         turns.append(
             [
                 Message(f"u{turn}", "user", f"How many orders were there in week {i}?", turn),
-                Message(f"q{turn}", "tool_output", f"sql_query: orders table has {1000 + 37 * i} rows",
-                        turn, tool_key="sql_query:orders"),
+                Message(
+                    f"q{turn}",
+                    "tool_output",
+                    f"sql_query: orders table has {1000 + 37 * i} rows",
+                    turn,
+                    tool_key="sql_query:orders",
+                ),
                 Message(f"d{turn}a", "retrieved_doc", "Orders are counted once they are paid.", turn),
-                Message(f"d{turn}b", "retrieved_doc", f"Week {i} had a holiday sale.", turn,
-                        expires_after_turn=turn + 2),
+                Message(
+                    f"d{turn}b", "retrieved_doc", f"Week {i} had a holiday sale.", turn, expires_after_turn=turn + 2
+                ),
                 Message(f"a{turn}", "assistant", f"Week {i}: {1000 + 37 * i} orders.", turn),
             ]
         )
@@ -55,8 +66,10 @@ def main() -> None:
                 f"-> prompt of {len(prompt)} messages, {sum(m.tokens for m in prompt)} tokens"
             )
         stats = store.stats(SESSION)
-        print(f"\n{stats.messages} messages stored, {stats.live_messages} live; "
-              f"tokens {stats.tokens} -> {stats.live_tokens} ({stats.reduction:.0%} pruned)")
+        print(
+            f"\n{stats.messages} messages stored, {stats.live_messages} live; "
+            f"tokens {stats.tokens} -> {stats.live_tokens} ({stats.reduction:.0%} pruned)"
+        )
         why = store.explain(SESSION, f"u{start}")
         print(f"u{start}: {why.verdict} ({why.reason})")
         print(f"verify: {'ok' if store.verify(SESSION).ok else 'MISMATCH'}")

@@ -8,32 +8,14 @@ independent.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .incremental import KeyState, MsgState
-from .model import DUPLICATE, KEPT, Message, Policy, effective_defines, effective_refs
+from .incremental import KeyState, MsgState, new_state
+from .model import DUPLICATE, KEPT, Message, Policy
 from .prune import PruneResult, prune
-from .text import content_hash
 
-__all__ = ["ExpectedState", "expected_state", "new_state"]
-
-
-def new_state(message: Message, tokens: int) -> MsgState:
-    """The derived columns of a message about to be stored: effective keys, hash, tokens."""
-    return MsgState(
-        seq=0,
-        id=message.id,
-        role=message.role,
-        tool_key=message.tool_key,
-        expires_after_turn=message.expires_after_turn,
-        defines=tuple(sorted(effective_defines(message))),
-        refs=tuple(sorted(effective_refs(message))),
-        content_hash=content_hash(message.content),
-        base=KEPT,
-        restored=False,
-        message=message,
-        tokens=tokens,
-    )
+__all__ = ["ExpectedState", "expected_state"]
 
 
 @dataclass
@@ -45,12 +27,12 @@ class ExpectedState:
 
 
 def expected_state(
-    messages: list[Message], seqs: list[int], tokens: list[int], policy: Policy, current_turn: int
+    messages: Sequence[Message], seqs: Sequence[int], tokens: Sequence[int], policy: Policy, current_turn: int
 ) -> ExpectedState:
     """Run `prune` and derive the index rows an up-to-date store holds for its result."""
     result = prune(messages, policy=policy, current_turn=current_turn)
     states = []
-    for message, seq, count in zip(messages, seqs, tokens):
+    for message, seq, count in zip(messages, seqs, tokens, strict=True):
         state = new_state(message, count)
         state.seq = seq
         state.base = result.base[message.id]
@@ -71,7 +53,5 @@ def expected_state(
     for key, ks in keys.items():
         ks.support, ks.kept_refs = support[key], kept_refs[key]
 
-    holders = {
-        (s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in (KEPT, DUPLICATE)
-    }
+    holders = {(s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in (KEPT, DUPLICATE)}
     return ExpectedState(result, states, keys, holders)

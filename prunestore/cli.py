@@ -29,8 +29,14 @@ def _errors_as_exit_2(command):
 
 
 @click.group(context_settings=CONTEXT)
-@click.option("--db", "url", metavar="URL", envvar="PRUNESTORE_URL", show_envvar=True,
-              help="Database URL; default sqlite:///prunestore.db in the working directory.")
+@click.option(
+    "--db",
+    "url",
+    metavar="URL",
+    envvar="PRUNESTORE_URL",
+    show_envvar=True,
+    help="Database URL; default sqlite:///prunestore.db in the working directory.",
+)
 @click.version_option(__version__, "--version", prog_name="prunestore")
 @click.pass_context
 def main(ctx: click.Context, url: str | None) -> None:

@@ -10,9 +10,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
-from typing import Iterator
 
 import sqlalchemy as sa
 from alembic import command
@@ -52,7 +52,7 @@ def resolve_url(url: str | None) -> str:
     url = url or os.environ.get("PRUNESTORE_URL") or DEFAULT_URL
     for plain in ("postgresql://", "postgres://"):
         if url.startswith(plain):
-            return "postgresql+psycopg://" + url[len(plain):]
+            return "postgresql+psycopg://" + url[len(plain) :]
     return url
 
 
@@ -86,7 +86,9 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(_WRITE, False)
-        conn.connection.driver_connection.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        raw = conn.connection.driver_connection
+        assert raw is not None
+        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
 
 
 @contextmanager
@@ -147,7 +149,10 @@ def _alembic_config(connection: Connection | None = None, url: str | None = None
 
 
 def head_revision() -> str:
-    return ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    """The newest revision the installed migrations know."""
+    head = ScriptDirectory.from_config(_alembic_config()).get_current_head()
+    assert head is not None, "prunestore ships at least one migration"
+    return head
 
 
 def current_revision(conn: Connection) -> str | None:

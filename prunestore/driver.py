@@ -13,8 +13,9 @@ value expands in place, so ``IN :ids`` becomes ``IN (:ids_0, :ids_1)``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext
-from typing import Any, Iterable, Iterator, Sequence
+from typing import Any
 
 from sqlalchemy.engine import Dialect
 
@@ -40,7 +41,9 @@ class Statement:
         if not self._lists:
             sql = self._rendered.get((pyformat,))
             if sql is None:
-                sql = self._rendered[(pyformat,)] = _PARAM.sub(r"%(\1)s", self.text.replace("%", "%%")) if pyformat else self.text
+                sql = self._rendered[(pyformat,)] = (
+                    _PARAM.sub(r"%(\1)s", self.text.replace("%", "%%")) if pyformat else self.text
+                )
             return sql, params
         lists = tuple((name, len(params[name])) for name in self._lists)
         if lists:

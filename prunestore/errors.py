@@ -6,8 +6,8 @@ need to catch exactly one base class.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 from sqlalchemy import exc as sa_exc
 

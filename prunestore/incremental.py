@@ -26,12 +26,14 @@ Storage is behind the small `Rows` protocol; this module does no I/O itself.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable, Protocol
+from typing import Protocol
 
-from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, Message, Policy
+from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, Message, Policy, effective_defines, effective_refs
+from .text import content_hash
 
-__all__ = ["MsgState", "KeyState", "Rows", "Maintainer"]
+__all__ = ["MsgState", "KeyState", "Rows", "Maintainer", "new_state"]
 
 
 @dataclass(eq=False)
@@ -60,6 +62,24 @@ class MsgState:
     @property
     def verdict(self) -> str:
         return RESTORED if self.restored else self.base
+
+
+def new_state(message: Message, tokens: int) -> MsgState:
+    """The derived columns of a message about to be stored: effective keys, hash, tokens."""
+    return MsgState(
+        seq=0,
+        id=message.id,
+        role=message.role,
+        tool_key=message.tool_key,
+        expires_after_turn=message.expires_after_turn,
+        defines=tuple(sorted(effective_defines(message))),
+        refs=tuple(sorted(effective_refs(message))),
+        content_hash=content_hash(message.content),
+        base=KEPT,
+        restored=False,
+        message=message,
+        tokens=tokens,
+    )
 
 
 @dataclass(eq=False)
@@ -308,9 +328,7 @@ class Maintainer:
         """Expire every surviving message whose expiry turn is now behind."""
         stored = [self._adopt(s) for s in self.rows.expiring(self.current_turn, turn)]
         fresh = [
-            s
-            for s in self.new
-            if s.expires_after_turn is not None and self.current_turn <= s.expires_after_turn < turn
+            s for s in self.new if s.expires_after_turn is not None and self.current_turn <= s.expires_after_turn < turn
         ]
         self.current_turn = turn
         for state in sorted(stored + fresh, key=lambda s: s.seq):

@@ -7,8 +7,9 @@ it gets near a store, and the error names the field and the value.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
 from .text import KEY_PATTERN, marker_defines, marker_refs
@@ -139,9 +140,9 @@ def effective_refs(message: Message) -> frozenset[str]:
 class StoredMessage(Message):
     """A `Message` as the store holds it: its position, verdict and token count.
 
-    `base` is the verdict of the first three passes alone; it differs from
-    `verdict` only for a restored message, where it says why the message
-    would have been dropped.
+    `base` is the verdict before restoration (kept, superseded, expired or
+    duplicate); it differs from `verdict` only for a restored message, where
+    it says why the message would otherwise be gone.
     """
 
     seq: int
@@ -206,6 +207,6 @@ class Policy:
         return json.dumps({"dedupe_roles": sorted(self.dedupe_roles), "restore": self.restore}, sort_keys=True)
 
     @classmethod
-    def from_json(cls, text: str) -> "Policy":
+    def from_json(cls, text: str) -> Policy:
         data = json.loads(text)
         return cls(dedupe_roles=frozenset(data["dedupe_roles"]), restore=data["restore"])

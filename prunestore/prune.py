@@ -7,8 +7,8 @@ below is a direct transcription of SPEC section 3, with no cleverness.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 from .errors import DuplicateMessageError, InvalidMessageError, shorten
 from .model import (
@@ -58,7 +58,7 @@ class PruneResult:
 def prune(
     messages: Iterable[Message],
     *,
-    policy: Policy = Policy(),
+    policy: Policy = Policy(),  # noqa: B008 (a frozen value, as SPEC writes it)
     current_turn: int | None = None,
     tokenizer=count_tokens,
 ) -> PruneResult:

@@ -95,4 +95,3 @@ KEYS = sa.Table(
     sa.Column("kept_refs", sa.Integer, nullable=False),
     sqlite_with_rowid=False,
 )
-

@@ -10,16 +10,24 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable
+from collections.abc import Iterable
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
-from .model import RESTORED, Message, StoredMessage, encode_metadata
+from .model import RESTORED, StoredMessage, encode_metadata
 
-__all__ = ["SessionRows", "SessionRow", "lock_session", "find_session", "stored_message"]
+__all__ = [
+    "FULL_COLUMNS",
+    "SessionRows",
+    "SessionRow",
+    "lock_session",
+    "lock_session_for_append",
+    "find_session",
+    "stored_message",
+]
 
 _STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict"
-_FULL = (
+FULL_COLUMNS = (
     "seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, base, verdict"
 )
@@ -35,15 +43,14 @@ LOCK_SESSION_PG = Statement(
 )
 _WITH_IDS = (
     "SELECT s.session_id, s.current_turn, s.last_seq, "
-    + ", ".join("m." + c.strip() for c in _FULL.split(","))
+    + ", ".join("m." + c.strip() for c in FULL_COLUMNS.split(","))
     + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
 )
 SESSION_WITH_IDS = Statement(_WITH_IDS)
 LOCK_SESSION_WITH_IDS_PG = Statement(_WITH_IDS + " FOR UPDATE OF s")
 INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) "
-    "ON CONFLICT (name) DO NOTHING"
+    "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) ON CONFLICT (name) DO NOTHING"
 )
 UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq WHERE session_id = :sid"
@@ -180,9 +187,7 @@ def lock_session(driver: Driver, name: str, create: bool) -> SessionRow | None:
     return SessionRow(*row) if row else None
 
 
-def lock_session_for_append(
-    driver: Driver, name: str, ids: list[str]
-) -> tuple[SessionRow, dict[str, StoredMessage]]:
+def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
     """Lock (creating if need be) the session and read the messages it already holds with these ids.
 
     One round trip for the common case: the lock and the retry check together.
@@ -274,7 +279,9 @@ class SessionRows:
         if new:
             run_many(INSERT_MESSAGE, [self.message_params(s) for s in new])
         if changed:
-            run_many(UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed])
+            run_many(
+                UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed]
+            )
         if keys:
             run_many(
                 UPSERT_KEY,

@@ -2,31 +2,29 @@
 
 from __future__ import annotations
 
-import json
+from collections.abc import Callable, Iterable
 from dataclasses import fields
-from typing import Callable, Iterable
 
 from . import db
+from .audit import expected_state
 from .driver import Driver, Statement
-from .audit import expected_state, new_state
 from .errors import (
     DuplicateMessageError,
     InvalidMessageError,
     InvalidPolicyError,
     MessageNotFoundError,
     PolicyMismatchError,
-    PruneStoreError,
     SessionNotFoundError,
     TurnOrderError,
     shorten,
 )
-from .incremental import Maintainer
+from .incremental import Maintainer, MsgState, new_state
 from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, VERDICTS, Message, Policy, StoredMessage
 from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
 from .storage import (
+    FULL_COLUMNS,
     SessionRow,
     SessionRows,
-    _FULL,
     find_session,
     join_keys,
     lock_session,
@@ -42,15 +40,15 @@ MAX_SESSION_NAME = 512
 _MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 _LIVE = Statement(
-    f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid "
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
     "AND verdict IN ('kept', 'restored') ORDER BY seq"
 )
-_ALL = Statement(f"SELECT {_FULL} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+_ALL = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 _AUDIT = Statement(
-    f"SELECT {_FULL}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
+    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-_ONE = Statement(f"SELECT {_FULL}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 _NEXT_HOLDER = Statement(
     "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
     "ORDER BY seq LIMIT 1"
@@ -82,10 +80,12 @@ _PUT_SETTING = Statement(
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
 )
 _DELETE_DERIVED = [
-    Statement(f"DELETE FROM {table} WHERE session_id = :sid") for table in ("prunestore_keys", "prunestore_hash_holders")
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_keys", "prunestore_hash_holders")
 ]
 _DELETE_SESSION = _DELETE_DERIVED + [
-    Statement(f"DELETE FROM {table} WHERE session_id = :sid") for table in ("prunestore_messages", "prunestore_sessions")
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_messages", "prunestore_sessions")
 ]
 
 
@@ -165,7 +165,7 @@ class PruneStore:
     def close(self) -> None:
         self.engine.dispose()
 
-    def __enter__(self) -> "PruneStore":
+    def __enter__(self) -> PruneStore:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
@@ -184,20 +184,23 @@ class PruneStore:
         """
         name = _check_session_name(session)
         batch = _as_batch(messages)
+        if not batch:
+            return Delta()
         states = [new_state(m, self._tokens(m)) for m in batch]
         with db.transaction(self.engine, f"append to session {name!r}", write=True) as driver:
             row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
             rows = SessionRows(driver, row)
-            fresh, seen, turn = [], {}, row.current_turn
-            for message, state in zip(batch, states):
+            fresh: list[MsgState] = []
+            seen: dict[str, Message] = {}
+            turn = row.current_turn
+            for message, state in zip(batch, states, strict=True):
                 earlier = stored.get(message.id) or seen.get(message.id)
                 if earlier is not None:
                     differing = _differing_fields(earlier, message)
                     if not differing:
                         continue
                     raise DuplicateMessageError(
-                        f"id={shorten(message.id)}: already in session {name!r} with different "
-                        f"{', '.join(differing)}"
+                        f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}"
                     )
                 if message.turn < turn:
                     raise TurnOrderError(
@@ -255,13 +258,11 @@ class PruneStore:
 
     def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
         stored = [stored_message(r[:14]) for r in driver.all(_AUDIT, {"sid": row.session_id})]
-        expected = expected_state(
-            stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored)
-        )
+        expected = expected_state(stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored))
         for statement in _DELETE_DERIVED:
             driver.run(statement, {"sid": row.session_id})
         changed = [
-            s for s, m in zip(expected.states, stored) if (s.base, s.verdict) != (m.base, m.verdict)
+            s for s, m in zip(expected.states, stored, strict=True) if (s.base, s.verdict) != (m.base, m.verdict)
         ]
         SessionRows(driver, row).write_back(
             new=[],
@@ -323,17 +324,16 @@ class PruneStore:
             if found is None:
                 raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
             message, content_hash = stored_message(found[:14]), bytes(found[14])
-            cause: dict[str, object] = {}
+            superseded_by = duplicate_of = None
             if message.base == SUPERSEDED:
                 params = {"sid": sid, "tool_key": message.tool_key, "seq": message.seq}
-                cause["superseded_by"] = driver.scalar(_NEXT_HOLDER, params)
-            if message.base == EXPIRED:
-                cause["expires_after_turn"] = message.expires_after_turn
+                superseded_by = driver.scalar(_NEXT_HOLDER, params)
             if message.base == DUPLICATE:
-                params = {"sid": sid, "content_hash": content_hash}
-                cause["duplicate_of"] = driver.scalar(_FIRST_COPY, params)
+                duplicate_of = driver.scalar(_FIRST_COPY, {"sid": sid, "content_hash": content_hash})
+            needed_for: tuple[str, ...] = ()
+            needed_by: tuple[str, ...] = ()
             if message.verdict == RESTORED:
-                cause.update(self._restoration_cause(driver, sid, message))
+                needed_for, needed_by = self._restoration_cause(driver, sid, message)
         return Explanation(
             session=session,
             message_id=message.id,
@@ -341,10 +341,16 @@ class PruneStore:
             verdict=message.verdict,
             base=message.base,
             current_turn=row.current_turn,
-            **cause,
+            superseded_by=superseded_by,
+            expires_after_turn=message.expires_after_turn if message.base == EXPIRED else None,
+            duplicate_of=duplicate_of,
+            needed_for=needed_for,
+            needed_by=needed_by,
         )
 
-    def _restoration_cause(self, driver: Driver, sid: int, message: StoredMessage) -> dict[str, tuple[str, ...]]:
+    def _restoration_cause(
+        self, driver: Driver, sid: int, message: StoredMessage
+    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """The keys this message is the last definer of, and the counting messages that refer to them.
 
         Reads the refs of the session's counting messages: fine for an
@@ -359,7 +365,7 @@ class PruneStore:
             for id_, refs in driver.all(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
             if id_ != message.id and wanted.intersection(split_keys(refs))
         ]
-        return {"needed_for": tuple(keys), "needed_by": tuple(users)}
+        return tuple(keys), tuple(users)
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""
@@ -414,14 +420,13 @@ def _audit_session(driver: Driver, name: str, row: SessionRow, policy: Policy) -
 
     differ("session", "current_turn", row.current_turn, _turn_of(stored))
     differ("session", "last_seq", row.last_seq, stored[-1].seq if stored else 0)
-    for message, r, state in zip(stored, rows, expected.states):
+    for message, r, state in zip(stored, rows, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         differ("base", message.id, message.base, state.base)
         differ("content_hash", message.id, bytes(r[14]), state.content_hash)
         differ("effective_keys", message.id, (r[15], r[16]), (join_keys(state.defines), join_keys(state.refs)))
     have_keys = {
-        key: (definer, support, kept)
-        for key, definer, support, kept in driver.all(_KEY_ROWS, {"sid": row.session_id})
+        key: (definer, support, kept) for key, definer, support, kept in driver.all(_KEY_ROWS, {"sid": row.session_id})
     }
     want_keys = {k: (ks.definer, ks.support, ks.kept_refs) for k, ks in expected.keys.items()}
     empty = (None, 0, 0)

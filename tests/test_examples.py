@@ -14,8 +14,9 @@ def run_example(name: str, cwd: Path, url: str | None = None) -> str:
     env = {k: v for k, v in os.environ.items() if k != "PRUNESTORE_URL"}
     if url:
         env["PRUNESTORE_URL"] = url
-    out = subprocess.run([sys.executable, str(EXAMPLES / name)], cwd=cwd, env=env,
-                         capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, str(EXAMPLES / name)], cwd=cwd, env=env, capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     return out.stdout
 

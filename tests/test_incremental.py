@@ -11,12 +11,11 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from helpers import batches, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import Message, Policy, prune
-
-from helpers import batches, sessions
 
 POLICIES = [
     pytest.param(Policy(), id="transitive"),

@@ -78,7 +78,18 @@ def test_the_installed_wheel_creates_a_store(tmp_path):
     """Build the wheel, install it in a fresh venv without the source tree, and open a store."""
     wheel_dir = tmp_path / "wheel"
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheel_dir), str(ROOT)],
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(wheel_dir),
+            str(ROOT),
+        ],
         check=True,
     )
     (wheel,) = wheel_dir.glob("prunestore-*.whl")
@@ -98,7 +109,9 @@ def test_the_installed_wheel_creates_a_store(tmp_path):
     )
     out = subprocess.run(
         [str(python), "-c", code, str(tmp_path / "w.db")],
-        capture_output=True, text=True, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
         # The dependencies come from this environment; .pth files (the editable install) are not read from here.
         env={**os.environ, "PYTHONPATH": str(Path(sa.__file__).parents[1])},
     )

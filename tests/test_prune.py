@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import pytest
+from helpers import sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import DuplicateMessageError, Message, Policy, prune
 from prunestore.model import effective_defines, effective_refs
 from prunestore.text import normalize
-
-from helpers import sessions
 
 DIRECT = Policy(restore="direct")
 
@@ -34,7 +33,11 @@ def test_the_csv_preference_survives_while_stale_tool_output_goes():
     result = prune(ms)
     assert live_ids(result) == ["sys", "pref", "ls2", "ask"]
     assert result.verdicts == {
-        "sys": "kept", "pref": "restored", "ls1": "superseded", "ls2": "kept", "ask": "kept",
+        "sys": "kept",
+        "pref": "restored",
+        "ls1": "superseded",
+        "ls2": "kept",
+        "ask": "kept",
     }
     assert result.base["pref"] == "expired"
     assert result.tokens_after < result.tokens_before
@@ -59,7 +62,10 @@ def test_ttl_expiry_uses_current_turn():
 
 
 def test_superseded_wins_over_expired():
-    ms = [M("a", "tool_output", "x", 0, tool_key="t", expires_after_turn=0), M("b", "tool_output", "y", 5, tool_key="t")]
+    ms = [
+        M("a", "tool_output", "x", 0, tool_key="t", expires_after_turn=0),
+        M("b", "tool_output", "y", 5, tool_key="t"),
+    ]
     assert prune(ms).verdicts["a"] == "superseded"
 
 

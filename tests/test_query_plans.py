@@ -8,12 +8,11 @@ scans disabled, no plan may contain a Seq Scan (so an index can serve it).
 from __future__ import annotations
 
 import pytest
+from test_scenarios import SCENARIOS
 
 from prunestore import Message as M
 from prunestore import db
 from prunestore.driver import Driver
-
-from test_scenarios import SCENARIOS
 
 
 @pytest.fixture
@@ -41,7 +40,9 @@ def test_append_statements_use_indexes(store, recorded):
         for m in messages:
             store.append("s" + str(hash(tuple(x.id for x in messages)) % 1000), m)
     store.append("s", [M("e1", "user", "a", 0, expires_after_turn=0), M("e2", "user", "b", 3)])
-    statements = [(s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))]
+    statements = [
+        (s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))
+    ]
     assert len(statements) >= 8  # lookups by seq, id, tool key, expiry, key, hash; updates; deletes
     with db.transaction(store.engine, "explain") as driver:
         postgres = driver.pyformat

@@ -25,7 +25,7 @@ def test_contents_round_trip_exactly(store):
     stored = store.messages("s")
     assert [m.content for m in stored] == list(TEXTS.values())
     assert [m.content for m in store.live("s")] == list(TEXTS.values())
-    assert all(m.to_message() == original for m, original in zip(stored, messages))
+    assert all(m.to_message() == original for m, original in zip(stored, messages, strict=True))
     assert store.verify().ok
 
 
@@ -36,7 +36,9 @@ def test_metadata_round_trips(store):
 
 
 @settings(max_examples=40)
-@given(st.text(st.characters(blacklist_categories=["Cs"])), st.text(st.characters(blacklist_categories=["Cs"]), min_size=1))
+@given(
+    st.text(st.characters(blacklist_categories=["Cs"])), st.text(st.characters(blacklist_categories=["Cs"]), min_size=1)
+)
 def test_any_text_round_trips(store, content, session):
     session = session.replace("\x00", "")[:100] or "s"
     message = Message("m", "retrieved_doc", content, 0)

@@ -159,8 +159,15 @@ def test_explain_gives_each_cause(store):
 
 
 def test_explain_names_the_surviving_copy_after_a_handover(store):
-    store.append("s", [M("d1", "retrieved_doc", "p", 0, tool_key="t"), M("d2", "retrieved_doc", "p", 0),
-                       M("d3", "retrieved_doc", "P", 0), M("t2", "tool_output", "x", 0, tool_key="t")])
+    store.append(
+        "s",
+        [
+            M("d1", "retrieved_doc", "p", 0, tool_key="t"),
+            M("d2", "retrieved_doc", "p", 0),
+            M("d3", "retrieved_doc", "P", 0),
+            M("t2", "tool_output", "x", 0, tool_key="t"),
+        ],
+    )
     assert store.explain("s", "d3").duplicate_of == "d2"
 
 
@@ -201,8 +208,12 @@ def test_delete_session_leaves_no_row_behind(store):
 def test_live_view_lists_live_messages(store):
     store.append("chat", csv_session())
     with store.engine.connect() as conn:
-        rows = conn.execute(sa.text("SELECT session, seq, id, role, turn, tokens, content FROM prunestore_live "
-                                    "WHERE session = 'chat' ORDER BY seq")).all()
+        rows = conn.execute(
+            sa.text(
+                "SELECT session, seq, id, role, turn, tokens, content FROM prunestore_live "
+                "WHERE session = 'chat' ORDER BY seq"
+            )
+        ).all()
     assert [r.id for r in rows] == [m.id for m in store.live("chat")]
     assert rows[0].content == "You are a data assistant."
 
@@ -265,7 +276,9 @@ def test_a_new_process_sees_the_same_state(store, store_url):
         "s.append('chat', __import__('prunestore').Message('new', 'user', 'REF:format', 48))\n"
     )
     out = subprocess.run([sys.executable, "-c", code, store_url], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == str([[m.id, m.verdict] for m in store.messages("chat")][:7] + [True]).replace("'", '"').replace("True", "true")
+    assert out.stdout.strip() == str([[m.id, m.verdict] for m in store.messages("chat")][:7] + [True]).replace(
+        "'", '"'
+    ).replace("True", "true")
     assert store.live("chat")[-1].id == "new"
     assert store.verify().ok
 
