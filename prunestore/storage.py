@@ -37,6 +37,9 @@ _MESSAGE_COLUMNS = (
 )
 
 
+# The session row holds the current turn and last seq: on PostgreSQL a writer that
+# waited for the row lock re-reads the locked row's newest version, while a
+# subquery in the same statement would still see the snapshot from before the wait.
 SELECT_SESSION = Statement("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name")
 LOCK_SESSION_PG = Statement(
     "SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name FOR UPDATE"

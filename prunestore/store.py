@@ -9,6 +9,7 @@ from . import db
 from .audit import expected_state
 from .driver import Driver, Statement
 from .errors import (
+    DatabaseError,
     DuplicateMessageError,
     InvalidMessageError,
     InvalidPolicyError,
@@ -37,6 +38,12 @@ from .text import count_tokens
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
 MAX_SESSION_NAME = 512
+# PostgreSQL errors after which an append is simply run again: a unique violation
+# (a concurrent retry of the same message committed while this one waited for the
+# session lock, so its retry check read a snapshot from before), a serialization
+# failure, a deadlock.
+_RETRY_SQLSTATES = {"23505", "40001", "40P01"}
+_ATTEMPTS = 3
 _MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 _LIVE = Statement(
@@ -187,6 +194,15 @@ class PruneStore:
         if not batch:
             return Delta()
         states = [new_state(m, self._tokens(m)) for m in batch]
+        for attempt in range(_ATTEMPTS):
+            try:
+                return self._append_once(name, batch, states)
+            except DatabaseError as exc:
+                if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
+                    raise
+        raise AssertionError("unreachable")
+
+    def _append_once(self, name: str, batch: list[Message], states: list[MsgState]) -> Delta:
         with db.transaction(self.engine, f"append to session {name!r}", write=True) as driver:
             row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
             rows = SessionRows(driver, row)

@@ -24,6 +24,8 @@ def _worker(url: str, worker: int, start: mp.Barrier) -> None:
             ],
         )
         store.append(f"own-{worker}", Message(f"m{i}", "user", f"hello {i}", i))
+        # Every worker sends the same message: the retries race, and exactly one copy is stored.
+        store.append("retries", Message(f"r{i}", "user", f"same {i}", i))
     store.close()
 
 
@@ -40,6 +42,7 @@ def test_concurrent_appends_serialize(store, store_url):
     assert len(stored) == WORKERS * APPENDS * 2
     assert [m.seq for m in stored] == list(range(1, len(stored) + 1))
     assert len({m.id for m in stored}) == len(stored)
-    assert sorted(store.sessions()) == sorted(["shared"] + [f"own-{w}" for w in range(WORKERS)])
+    assert sorted(store.sessions()) == sorted(["retries", "shared"] + [f"own-{w}" for w in range(WORKERS)])
+    assert [m.id for m in store.messages("retries")] == [f"r{i}" for i in range(APPENDS)]
     report = store.verify()
     assert report.ok, report.mismatches[:5]
