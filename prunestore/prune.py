@@ -7,8 +7,9 @@ below is a direct transcription of SPEC section 3, with no cleverness.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 
 from .errors import DuplicateMessageError, InvalidMessageError, shorten
 from .model import (
@@ -33,21 +34,33 @@ class PruneResult:
     """What `prune` decided: the live messages and a verdict for every message.
 
     `base` holds each message's verdict before restoration (so a restored
-    message's base says why it would have been dropped).
+    message's base says why it would have been dropped). Token totals are
+    counted when first asked for: counting costs more than pruning.
     """
 
+    messages: list[Message] = field(repr=False)
     live: list[Message]
     verdicts: dict[str, str]
     base: dict[str, str]
     current_turn: int
-    messages_before: int
-    tokens_before: int
-    tokens_after: int
-    counts: dict[str, int] = field(default_factory=dict)
+    counts: dict[str, int]
+    tokenizer: Callable[[str], int] = field(default=count_tokens, repr=False, compare=False)
+
+    @property
+    def messages_before(self) -> int:
+        return len(self.messages)
 
     @property
     def messages_after(self) -> int:
         return len(self.live)
+
+    @cached_property
+    def tokens_before(self) -> int:
+        return sum(self.tokenizer(m.content) for m in self.messages)
+
+    @cached_property
+    def tokens_after(self) -> int:
+        return sum(self.tokenizer(m.content) for m in self.live)
 
     @property
     def reduction(self) -> float:
@@ -60,7 +73,7 @@ def prune(
     *,
     policy: Policy = Policy(),  # noqa: B008 (a frozen value, as SPEC writes it)
     current_turn: int | None = None,
-    tokenizer=count_tokens,
+    tokenizer: Callable[[str], int] = count_tokens,
 ) -> PruneResult:
     """Run the three passes over one session's messages, in append order."""
     ms = list(messages)
@@ -119,12 +132,11 @@ def prune(
     live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
     counts = Counter(verdicts.values())
     return PruneResult(
+        messages=ms,
         live=live,
         verdicts=verdicts,
         base=bases,
         current_turn=current_turn,
-        messages_before=len(ms),
-        tokens_before=sum(tokenizer(m.content) for m in ms),
-        tokens_after=sum(tokenizer(m.content) for m in live),
         counts={v: counts.get(v, 0) for v in VERDICTS},
+        tokenizer=tokenizer,
     )

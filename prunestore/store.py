@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 
 from . import db
@@ -189,57 +189,74 @@ class PruneStore:
         A message whose id is already stored with equal fields is skipped (a
         safe retry); with different fields it raises `DuplicateMessageError`.
         """
-        name = _check_session_name(session)
-        batch = _as_batch(messages)
-        if not batch:
-            return Delta()
-        states = [new_state(m, self._tokens(m)) for m in batch]
+        return self.append_many({session: messages})[session]
+
+    def append_many(self, batches: Mapping[str, Message | Iterable[Message]]) -> dict[str, Delta]:
+        """Append to several sessions in one transaction: all of it is stored, or none.
+
+        Sessions are locked in name order, so concurrent callers cannot deadlock.
+        """
+        prepared = []
+        for session, messages in batches.items():
+            name, batch = _check_session_name(session), _as_batch(messages)
+            if batch:
+                prepared.append((name, batch, [new_state(m, self._tokens(m)) for m in batch]))
+        prepared.sort(key=lambda item: item[0])
+        deltas = {session: Delta() for session in batches}
+        if not prepared:
+            return deltas
+        action = f"append to session {prepared[0][0]!r}" + (
+            f" and {len(prepared) - 1} more" if len(prepared) > 1 else ""
+        )
         for attempt in range(_ATTEMPTS):
             try:
-                return self._append_once(name, batch, states)
+                with db.transaction(self.engine, action, write=True) as driver:
+                    for name, batch, states in prepared:
+                        deltas[name] = self._append_locked(driver, name, batch, states)
+                return deltas
             except DatabaseError as exc:
                 if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
                     raise
         raise AssertionError("unreachable")
 
-    def _append_once(self, name: str, batch: list[Message], states: list[MsgState]) -> Delta:
-        with db.transaction(self.engine, f"append to session {name!r}", write=True) as driver:
-            row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
-            rows = SessionRows(driver, row)
-            fresh: list[MsgState] = []
-            seen: dict[str, Message] = {}
-            turn = row.current_turn
-            for message, state in zip(batch, states, strict=True):
-                earlier = stored.get(message.id) or seen.get(message.id)
-                if earlier is not None:
-                    differing = _differing_fields(earlier, message)
-                    if not differing:
-                        continue
-                    raise DuplicateMessageError(
-                        f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}"
-                    )
-                if message.turn < turn:
-                    raise TurnOrderError(
-                        f"turn={message.turn}: message id={shorten(message.id)} is older than "
-                        f"the current turn {turn} of session {name!r}"
-                    )
-                turn = message.turn
-                seen[message.id] = message
-                fresh.append(state)
-            if not fresh:
-                return Delta()
-            maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
-            for state in fresh:
-                maintainer.append(state)
-            rows.write_back(
-                maintainer.new,
-                maintainer.changed_messages(),
-                maintainer.changed_keys(),
-                *maintainer.hash_holder_changes(),
-                current_turn=maintainer.current_turn,
-                last_seq=maintainer.last_seq,
-            )
-            added, removed = maintainer.delta()
+    def _append_locked(self, driver: Driver, name: str, batch: list[Message], states: list[MsgState]) -> Delta:
+        """Lock one session, skip retries, check turns, run the maintainer and write back."""
+        row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
+        rows = SessionRows(driver, row)
+        fresh: list[MsgState] = []
+        seen: dict[str, Message] = {}
+        turn = row.current_turn
+        for message, state in zip(batch, states, strict=True):
+            earlier = stored.get(message.id) or seen.get(message.id)
+            if earlier is not None:
+                differing = _differing_fields(earlier, message)
+                if not differing:
+                    continue
+                raise DuplicateMessageError(
+                    f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}"
+                )
+            if message.turn < turn:
+                raise TurnOrderError(
+                    f"turn={message.turn}: message id={shorten(message.id)} is older than "
+                    f"the current turn {turn} of session {name!r}"
+                )
+            turn = message.turn
+            seen[message.id] = message
+            fresh.append(state)
+        if not fresh:
+            return Delta()
+        maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
+        for state in fresh:
+            maintainer.append(state)
+        rows.write_back(
+            maintainer.new,
+            maintainer.changed_messages(),
+            maintainer.changed_keys(),
+            *maintainer.hash_holder_changes(),
+            current_turn=maintainer.current_turn,
+            last_seq=maintainer.last_seq,
+        )
+        added, removed = maintainer.delta()
         return Delta(tuple(added), tuple(removed))
 
     def _tokens(self, message: Message) -> int:

@@ -18,8 +18,9 @@ def _worker(url: str, worker: int, start: mp.Barrier) -> None:
         store.append(
             "shared",
             [
-                Message(f"w{worker}-{i}", "tool_output", f"DEFINE:k{i % 5} REF:k{(i + 1) % 5}", 0,
-                        tool_key=f"tool{i % 3}"),
+                Message(
+                    f"w{worker}-{i}", "tool_output", f"DEFINE:k{i % 5} REF:k{(i + 1) % 5}", 0, tool_key=f"tool{i % 3}"
+                ),
                 Message(f"w{worker}-{i}-doc", "retrieved_doc", f"passage {i % 4}", 0),
             ],
         )

@@ -1,0 +1,122 @@
+"""Per-turn cost of prunestore against what users do today, side by side in one run.
+
+For a tool-agent conversation, at each measured length, the cost of one turn:
+
+* ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL);
+* ``batch``: keep the full history in memory and rerun `prune` over all of it;
+* ``sql_batch``: store the turn in a SQL chat-history table (JSON rows, as
+  LangChain's SQL chat history does), read the whole history back, rerun `prune`.
+
+Each figure is the median over the few turns that end at the measured length.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+
+from .jsonl import to_json
+from .model import Message
+from .prune import prune
+from .store import PruneStore
+from .workloads import generate
+
+__all__ = ["compare_per_turn", "draw"]
+
+WINDOW = 5  # turns measured at each length
+
+
+def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict]:
+    turns = generate("agent", max(sizes), seed)
+    measured = {t for n in sizes for t in range(max(1, n - WINDOW + 1), n + 1)}
+    costs: dict[str, dict[int, float]] = {"incremental": {}, "batch": {}, "sql_batch": {}}
+    with tempfile.TemporaryDirectory() as tmp:
+        store = PruneStore(f"sqlite:///{Path(tmp) / 'prunestore.db'}")
+        history_db = sa.create_engine(f"sqlite:///{Path(tmp) / 'history.db'}")
+        table = sa.Table(
+            "chat_history",
+            sa.MetaData(),
+            sa.Column("id", sa.Integer, primary_key=True),
+            sa.Column("session_id", sa.Text, index=True),
+            sa.Column("message", sa.Text),
+        )
+        table.metadata.create_all(history_db)
+        history: list[Message] = []
+        try:
+            for messages in turns.by_turn():
+                turn = messages[0].turn
+                timed = turn in measured
+
+                start = time.perf_counter()
+                store.append("bench", messages)
+                if timed:
+                    costs["incremental"][turn] = time.perf_counter() - start
+
+                history.extend(messages)
+                if timed:
+                    start = time.perf_counter()
+                    prune(history)
+                    costs["batch"][turn] = time.perf_counter() - start
+
+                start = time.perf_counter()
+                with history_db.begin() as conn:
+                    rows = [{"session_id": "bench", "message": json.dumps(to_json(m))} for m in messages]
+                    conn.execute(table.insert(), rows)
+                if timed:
+                    with history_db.connect() as conn:
+                        query = sa.select(table.c.message).where(table.c.session_id == "bench").order_by(table.c.id)
+                        loaded = [_message(json.loads(text)) for text in conn.execute(query).scalars()]
+                    prune(loaded)
+                    costs["sql_batch"][turn] = time.perf_counter() - start
+        finally:
+            store.close()
+            history_db.dispose()
+    result = []
+    for n in sizes:
+        window = [t for t in range(max(1, n - WINDOW + 1), n + 1)]
+        row = {"turns": n, "messages": sum(1 for m in turns.messages if m.turn <= n)}
+        for name, per_turn in costs.items():
+            row[f"{name}_ms"] = statistics.median(per_turn[t] for t in window) * 1000
+        result.append(row)
+    return result
+
+
+def _message(data: dict) -> Message:
+    for name in ("defines", "refs"):
+        if name in data:
+            data[name] = tuple(data[name])
+    return Message(**data)
+
+
+def draw(result: list[dict], path: Path) -> None:
+    """Cost per turn against conversation length (needs matplotlib: pip install 'prunestore[plot]')."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        from .errors import PruneStoreError
+
+        raise PruneStoreError("--plot needs matplotlib: pip install 'prunestore[plot]'") from exc
+    turns = [r["turns"] for r in result]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for key, label in (
+        ("incremental_ms", "prunestore append"),
+        ("batch_ms", "rerun batch prune"),
+        ("sql_batch_ms", "SQL history read + rerun"),
+    ):
+        ax.plot(turns, [r[key] for r in result], marker="o", label=label)
+    ax.set_xlabel("conversation length (turns)")
+    ax.set_ylabel("cost per turn (ms)")
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

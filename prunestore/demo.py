@@ -1,0 +1,79 @@
+"""The demo: the three workloads appended turn by turn, as a chatbot would, with what pruning did.
+
+`run_demo` fills a store and yields one `DemoRow` per workload and size;
+the ``prunestore demo`` command prints them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .prune import prune
+from .store import PruneStore
+from .workloads import WORKLOADS, generate
+
+__all__ = ["DEFAULT_SIZES", "DemoRow", "run_demo"]
+
+DEFAULT_SIZES = (50, 200, 500, 1000, 2000)
+
+
+@dataclass(frozen=True)
+class DemoRow:
+    workload: str
+    turns: int
+    session: str
+    messages: int
+    tokens_before: int
+    tokens_after: int
+    superseded: int
+    duplicates: int
+    expired: int
+    restored: int
+    required: int
+    required_kept: int
+    incremental_equals_batch: bool
+    idempotent: bool
+
+    @property
+    def reduction(self) -> float:
+        return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
+
+
+def run_demo(
+    store: PruneStore,
+    sizes: tuple[int, ...] = DEFAULT_SIZES,
+    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    seed: int = 0,
+) -> Iterator[DemoRow]:
+    """Append each workload at each size turn by turn (replacing an earlier run's session) and measure it."""
+    for name in workloads:
+        for turns in sizes:
+            generated = generate(name, turns, seed)
+            session = f"{name}-{turns}"
+            if session in store.sessions():
+                store.delete_session(session)
+            for messages in generated.by_turn():
+                store.append(session, messages)
+            stored = store.messages(session)
+            batch = prune(generated.messages, policy=store.policy)
+            live = {m.id for m in stored if m.live}
+            again = prune(batch.live, policy=store.policy, current_turn=batch.current_turn)
+            stats = store.stats(session)
+            yield DemoRow(
+                workload=name,
+                turns=turns,
+                session=session,
+                messages=stats.messages,
+                tokens_before=stats.tokens,
+                tokens_after=stats.live_tokens,
+                superseded=stats.by_verdict["superseded"].messages,
+                duplicates=stats.by_verdict["duplicate"].messages,
+                expired=stats.by_verdict["expired"].messages,
+                restored=stats.by_verdict["restored"].messages,
+                required=len(generated.required),
+                required_kept=len(generated.required & live),
+                incremental_equals_batch={m.id: m.verdict for m in stored} == batch.verdicts
+                and store.verify(session).ok,
+                idempotent=[m.id for m in again.live] == [m.id for m in batch.live],
+            )

@@ -1,0 +1,65 @@
+"""The JSON Lines message format of the command line.
+
+One JSON object per line with the `Message` fields (``id``, ``role``,
+``content``, ``turn``; optional ``tool_key``, ``expires_after_turn``,
+``defines``, ``refs``, ``metadata``) and, for ``prunestore import``, the
+``session`` it belongs to. Blank lines are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+from .errors import InvalidMessageError, shorten
+from .model import Message
+
+__all__ = ["FIELDS", "parse_line", "read_lines", "to_json"]
+
+FIELDS = ("id", "role", "content", "turn", "tool_key", "expires_after_turn", "defines", "refs", "metadata")
+_REQUIRED = ("id", "role", "content", "turn")
+
+
+def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | None, Message]:
+    """One line as ``(session, Message)``; errors name the line and the field."""
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise InvalidMessageError(f"line {number}: not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise InvalidMessageError(f"line {number}: expected a JSON object, got {shorten(data)}")
+    session = data.pop("session", None)
+    if session_field and (not isinstance(session, str) or not session):
+        raise InvalidMessageError(f"line {number}: session={shorten(session)}: a non-empty string is required")
+    unknown = sorted(set(data) - set(FIELDS))
+    if unknown:
+        raise InvalidMessageError(f"line {number}: unknown field {unknown[0]!r}")
+    missing = [f for f in _REQUIRED if f not in data]
+    if missing:
+        raise InvalidMessageError(f"line {number}: missing field {missing[0]!r}")
+    for name in ("defines", "refs"):
+        if isinstance(data.get(name), list):
+            data[name] = tuple(data[name])
+    try:
+        return session, Message(**data)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"line {number}: {exc}") from None
+
+
+def read_lines(lines: Iterable[str], *, session_field: bool) -> Iterator[tuple[str | None, Message]]:
+    for number, line in enumerate(lines, 1):
+        if line.strip():
+            yield parse_line(line, number, session_field=session_field)
+
+
+def to_json(message: Message, **extra: Any) -> dict[str, Any]:
+    """A message as a JSON-ready dict (the Message fields, then `extra`), omitting unset optional fields."""
+    out: dict[str, Any] = {}
+    for name in FIELDS:
+        value = getattr(message, name)
+        if value is None or value == ():
+            continue
+        out[name] = list(value) if isinstance(value, tuple) else value
+    out.update(extra)
+    return out
