@@ -175,9 +175,15 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
 
 
 def _counting_lines(handle, bar) -> Iterable[str]:
-    for raw in handle:
-        bar.update(len(raw))
+    """Decoded lines, moving the progress bar every thousand lines."""
+    done = 0
+    for number, raw in enumerate(handle, 1):
+        done += len(raw)
+        if number % 1000 == 0:
+            bar.update(done)
+            done = 0
         yield raw.decode("utf-8")
+    bar.update(done)
 
 
 @main.command()
@@ -490,3 +496,7 @@ def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> N
     if plot:
         draw(result, plot)
         click.echo(f"plot written to {plot}", err=True)
+
+
+if __name__ == "__main__":
+    main()

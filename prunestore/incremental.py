@@ -25,6 +25,7 @@ Storage is behind the small `Rows` protocol; this module does no I/O itself.
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -141,6 +142,8 @@ class Maintainer:
         self.new: list[MsgState] = []
         self._new_tool_holders: dict[str, MsgState] = {}
         self._groups: dict[bytes, _HashGroup] = {}
+        self._lost_first: list[_HashGroup] = []
+        self._pending_expiry: list[tuple[int, int, MsgState]] = []  # heap of new messages with a TTL
         self._suspects: list[MsgState] = []
         self._candidates: list[MsgState] = []
 
@@ -163,6 +166,8 @@ class Maintainer:
         return [self.msgs[s] for s in seqs]
 
     def _keys(self, keys: Iterable[str]) -> list[KeyState]:
+        if not keys:
+            return []
         keys = list(keys)
         missing = [k for k in keys if k not in self.key_states]
         if missing:
@@ -209,17 +214,19 @@ class Maintainer:
             group.added.remove(state.seq)
         else:
             group.removed.add(state.seq)
-        group.lost_first = group.lost_first or was_first
+        if was_first and not group.lost_first:
+            group.lost_first = True
+            self._lost_first.append(group)
 
     def _hand_over_firsts(self) -> None:
-        for group in self._groups.values():
-            if group.lost_first:
-                group.lost_first = False
-                first = self._first_holder(group)
-                if first is not None:
-                    (state,) = self._messages([first])
-                    if state.base == DUPLICATE:
-                        self._set_base(state, KEPT)
+        groups, self._lost_first = self._lost_first, []
+        for group in groups:
+            group.lost_first = False
+            first = self._first_holder(group)
+            if first is not None:
+                (state,) = self._messages([first])
+                if state.base == DUPLICATE:
+                    self._set_base(state, KEPT)
 
     # -- verdict changes and the reference counts they move --------------
 
@@ -270,6 +277,8 @@ class Maintainer:
         return any(ks.kept_refs > 0 for ks in self._defined_keys(state))
 
     def _settle(self) -> None:
+        if not (self._lost_first or self._suspects or self._candidates):
+            return
         self._hand_over_firsts()
         self._drop_unsupported()
         self._restore_needed()
@@ -327,9 +336,9 @@ class Maintainer:
     def _advance_turn(self, turn: int) -> None:
         """Expire every surviving message whose expiry turn is now behind."""
         stored = [self._adopt(s) for s in self.rows.expiring(self.current_turn, turn)]
-        fresh = [
-            s for s in self.new if s.expires_after_turn is not None and self.current_turn <= s.expires_after_turn < turn
-        ]
+        fresh = []
+        while self._pending_expiry and self._pending_expiry[0][0] < turn:
+            fresh.append(heapq.heappop(self._pending_expiry)[2])
         self.current_turn = turn
         for state in sorted(stored + fresh, key=lambda s: s.seq):
             if state.base in (KEPT, DUPLICATE):
@@ -353,6 +362,8 @@ class Maintainer:
         state.base, state.restored, state.was_live, state.dirty = KEPT, False, False, True
         self.msgs[state.seq] = state
         self.new.append(state)
+        if state.expires_after_turn is not None:
+            heapq.heappush(self._pending_expiry, (state.expires_after_turn, state.seq, state))
 
         if state.tool_key is not None:
             previous = self._tool_holder(state.tool_key)

@@ -39,12 +39,12 @@ def content_hash(content: str) -> bytes:
 
 def marker_defines(content: str) -> list[str]:
     """Keys named by ``DEFINE:<key>`` markers in the content."""
-    return _DEFINE_MARKER.findall(content)
+    return _DEFINE_MARKER.findall(content) if "DEFINE:" in content else []
 
 
 def marker_refs(content: str) -> list[str]:
     """Keys named by ``REF:<key>`` markers in the content."""
-    return _REF_MARKER.findall(content)
+    return _REF_MARKER.findall(content) if "REF:" in content else []
 
 
 def count_tokens(text: str) -> int:
@@ -52,5 +52,8 @@ def count_tokens(text: str) -> int:
 
     Each whitespace-separated word counts its runs of ASCII letters and digits
     plus each other character on its own; a word never counts less than 1.
+    Pieces never span whitespace and every word has at least one, so counting
+    the pieces of the whole text gives the same number (a test checks it
+    against the word-by-word definition), several times faster.
     """
-    return sum(max(1, len(_TOKEN_PIECE.findall(word))) for word in text.split())
+    return len(_TOKEN_PIECE.findall(text))
