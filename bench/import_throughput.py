@@ -46,9 +46,20 @@ def run_import(path: Path, db: Path, batch: int) -> tuple[float, float]:
     start = time.perf_counter()
     before = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
     subprocess.run(
-        [sys.executable, "-m", "prunestore.cli", "--db", f"sqlite:///{db}", "import", "--batch-size", str(batch),
-         str(path)],
-        check=True, stdout=subprocess.DEVNULL, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "prunestore.cli",
+            "--db",
+            f"sqlite:///{db}",
+            "import",
+            "--batch-size",
+            str(batch),
+            str(path),
+        ],
+        check=True,
+        stdout=subprocess.DEVNULL,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     elapsed = time.perf_counter() - start
     peak = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
@@ -68,8 +79,11 @@ def main() -> int:
             written = write_file(path, n, max(1, args.sessions // fraction))
             db = Path(tmp) / f"import-{n}.db"
             elapsed, peak_mb = run_import(path, db, args.batch_size)
-            print(f"{written:>9,} messages ({path.stat().st_size / 2**20:,.0f} MiB file): "
-                  f"{elapsed:6.1f} s, {written / elapsed:,.0f} messages/s, peak RSS {peak_mb:,.0f} MiB", flush=True)
+            print(
+                f"{written:>9,} messages ({path.stat().st_size / 2**20:,.0f} MiB file): "
+                f"{elapsed:6.1f} s, {written / elapsed:,.0f} messages/s, peak RSS {peak_mb:,.0f} MiB",
+                flush=True,
+            )
     return 0
 
 

@@ -1,13 +1,24 @@
-"""The command line: every command has help, and `db` drives Alembic from code."""
+"""The command line over both backends: help everywhere, JSON that parses, exit codes, resumable imports."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
 import click
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 
 from prunestore import Message, PruneStore
 from prunestore.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "session.jsonl"
 
 
 def all_commands(group: click.Group, prefix=()):
@@ -23,27 +34,186 @@ def test_every_command_has_help(path):
     assert result.exit_code == 0
     command = dict(all_commands(main))[path]
     assert command.help and command.help.strip()
+    assert "-h, --help" in CliRunner().invoke(main, [*path, "-h"]).output
 
 
-def test_db_upgrade_current_downgrade(store_url):
+@pytest.fixture
+def cli(store_url):
     runner = CliRunner()
-    result = runner.invoke(main, ["--db", store_url, "db", "current"])
-    assert result.exit_code == 0 and "current: base" in result.output
-    result = runner.invoke(main, ["--db", store_url, "db", "upgrade"])
-    assert result.exit_code == 0 and "at revision 0001" in result.output
+
+    def run(*args, input=None, code=0):
+        result = runner.invoke(main, ["--db", store_url, *args], input=input)
+        assert result.exit_code == code, (result.output, result.exception)
+        return result.output
+
+    return run
+
+
+def test_db_upgrade_current_downgrade(cli, store_url):
+    assert "at revision base" in cli("db", "current")
+    assert "at revision 0001" in cli("db", "upgrade")
     with PruneStore(store_url) as store:
         store.append("s", Message("a", "user", "hi", 0))
-    result = runner.invoke(main, ["--db", store_url, "db", "downgrade", "base"])
-    assert result.exit_code == 0 and "at revision base" in result.output
-    result = runner.invoke(main, ["--db", store_url, "db", "current"])
-    assert "current: base" in result.output
+    assert "at revision base" in cli("db", "downgrade", "base")
+    assert "at revision base" in cli("db", "current")
 
 
-def test_errors_are_one_line_and_exit_2():
-    result = CliRunner().invoke(main, ["--db", "mysql://nobody@nowhere/x", "db", "current"])
-    assert result.exit_code == 2
-    assert "only sqlite and postgresql" in result.output
-    assert "Traceback" not in result.output
+def test_import_then_read_everything_back(cli):
+    summary = json.loads(cli("import", str(EXAMPLE), "--json"))
+    assert summary["messages"] == 12 and summary["sessions"] == 2
+    assert json.loads(cli("sessions", "--json")) == ["billing-3", "support-7"]
+    live = json.loads(cli("live", "support-7", "--json"))
+    assert [m["id"] for m in live] == ["sys", "u1", "d1", "a1", "u2", "t2", "a2", "u3"]
+    assert live[1]["verdict"] == "restored" and live[5]["metadata"] == {
+        "tool_call_id": "call_2",
+        "name": "account_status",
+    }
+    stored = json.loads(cli("messages", "support-7", "--json"))
+    assert {m["id"]: m["verdict"] for m in stored}["d2"] == "duplicate"
+    why = json.loads(cli("explain", "support-7", "t1", "--json"))
+    assert why["verdict"] == "superseded" and why["superseded_by"] == "t2"
+    stats = json.loads(cli("stats", "support-7", "--json"))
+    assert stats["messages"] == 10 and stats["live_messages"] == 8
+    assert json.loads(cli("verify", "--all", "--json"))["ok"] is True
+
+    table = cli("live", "support-7")
+    assert table.splitlines()[0].split() == ["seq", "id", "role", "turn", "tokens", "verdict", "content"]
+    assert "restored" in table
+    assert "superseded by 't2'" in cli("explain", "support-7", "t1")
+    assert "tokens pruned" in cli("stats")
+    assert "ok: 2 sessions, 12 messages checked" in cli("verify")
+
+
+def test_append_reads_json_lines_from_stdin(cli):
+    lines = "\n".join(
+        json.dumps(m)
+        for m in [
+            {"id": "a", "role": "user", "content": "DEFINE:k hello", "turn": 0, "expires_after_turn": 0},
+            {"id": "b", "role": "user", "content": "REF:k", "turn": 1},
+        ]
+    )
+    assert json.loads(cli("append", "chat", "--json", input=lines)) == {
+        "appended": 2,
+        "live_added": ["a", "b"],
+        "live_removed": [],
+    }
+    assert "2 messages" in cli("append", "chat", input=lines)  # a retry: a no-op
+    assert [m["verdict"] for m in json.loads(cli("messages", "chat", "--json"))] == ["restored", "kept"]
+
+
+@pytest.mark.parametrize(
+    "args, stdin, needle",
+    [
+        (["live", "nope"], None, "session='nope': no such session"),
+        (["explain", "nope", "x"], None, "no such session"),
+        (["append", "s"], '{"id": "a", "role": "robot", "content": "x", "turn": 0}', "line 1: role='robot'"),
+        (["append", "s"], "not json", "line 1: not valid JSON"),
+        (["append", "s"], '{"id": "a", "role": "user", "content": "x"}', "line 1: missing field 'turn'"),
+        (["append", "s"], '{"id": "a", "role": "user", "content": "x", "turn": 0, "colour": 1}', "unknown field"),
+        (["delete", "nope", "--yes"], None, "no such session"),
+    ],
+)
+def test_errors_are_one_line_and_exit_2(cli, args, stdin, needle):
+    output = cli(*args, input=stdin, code=2)
+    assert needle in output
+    assert "Traceback" not in output and len(output.strip().splitlines()) == 1
+
+
+def test_an_unsupported_url_is_an_error():
+    result = CliRunner().invoke(main, ["--db", "mysql://nobody@nowhere/x", "sessions"])
+    assert result.exit_code == 2 and "only sqlite and postgresql" in result.output
+
+
+def test_verify_exits_1_on_damage_and_rebuild_repairs(cli, store_url):
+    cli("import", str(EXAMPLE))
+    engine = sa.create_engine(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE prunestore_messages SET verdict = 'kept' WHERE id = 't1'"))
+    engine.dispose()
+    assert "verdict t1" in cli("verify", code=1)
+    assert json.loads(cli("verify", "support-7", "--json", code=1))["ok"] is False
+    assert CliRunner().invoke(main, ["--db", store_url, "rebuild"]).exit_code == 2  # needs SESSION or --all
+    assert "rebuilt" in cli("rebuild", "--all")
+    assert "ok" in cli("verify", "support-7")
+
+
+def test_delete_asks_unless_yes(cli):
+    cli("import", str(EXAMPLE))
+    cli("delete", "billing-3", input="n\n", code=1)
+    assert "billing-3" in cli("sessions")
+    assert "deleted billing-3" in cli("delete", "billing-3", input="y\n")
+    cli("delete", "support-7", "--yes")
+    assert cli("sessions").strip() == ""
+
+
+def test_import_shows_no_progress_bar_when_piped(cli):
+    output = cli("import", str(EXAMPLE))
+    assert "importing" not in output and "imported 12 messages in 2 sessions" in output
+
+
+@pytest.mark.sqlite
+def test_an_interrupted_import_resumes(tmp_path):
+    """Kill an import half way (SIGKILL), then run it again: everything is stored exactly once."""
+    lines = [
+        json.dumps(
+            {
+                "session": f"s{i % 7}",
+                "id": f"m{i}",
+                "role": "retrieved_doc" if i % 3 else "user",
+                "content": f"passage {i % 40} REF:k{i % 5}",
+                "turn": i // 50,
+            }
+        )
+        for i in range(60_000)
+    ]
+    source = tmp_path / "big.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    command = [sys.executable, "-m", "prunestore.cli", "--db", url, "import", "--batch-size", "500", str(source)]
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    engine = sa.create_engine(url)
+    deadline = time.monotonic() + 60
+    stored = 0
+    while time.monotonic() < deadline and child.poll() is None:
+        time.sleep(0.05)
+        try:
+            with engine.connect() as conn:
+                stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+        except sa.exc.OperationalError:
+            continue
+        if stored > 5000:
+            os.kill(child.pid, signal.SIGKILL)
+            break
+    child.wait()
+    assert 0 < stored < len(lines), "the import was not interrupted part way"
+    with engine.connect() as conn:
+        partial = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+    assert partial % 500 == 0  # whole batches only: each transaction holds 500 lines of 7 sessions
+    engine.dispose()
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    with PruneStore(url) as store:
+        assert sum(len(store.messages(s)) for s in store.sessions()) == len(lines)
+        assert store.verify().ok
+
+
+def test_demo_on_small_sizes(cli):
+    rows = json.loads(cli("demo", "--sizes", "5,20", "--json"))
+    assert [(r["workload"], r["turns"]) for r in rows] == [(w, n) for w in ("chat", "rag", "agent") for n in (5, 20)]
+    assert all(r["incremental_equals_batch"] and r["idempotent"] for r in rows)
+    assert all(r["required_kept"] == r["required"] for r in rows)
+    table = cli("demo", "--sizes", "5")
+    assert "reduction" in table and "incremental state equals batch pruning" in table
+    assert "prunestore explain" in table
+
+
+@pytest.mark.sqlite
+def test_bench_prints_side_by_side(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "--turns", "5,20", "--json"])
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert [r["turns"] for r in rows] == [5, 20]
+    assert all(r["incremental_ms"] > 0 and r["batch_ms"] > 0 and r["sql_batch_ms"] > 0 for r in rows)
 
 
 def test_version():
