@@ -2,7 +2,9 @@
 
 For a tool-agent conversation, at each measured length, the cost of one turn:
 
-* ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL);
+* ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL),
+  which is all a client that patches its prompt from the returned `Delta` pays;
+* ``incremental_live``: the same append, then `PruneStore.live` to read the whole prompt back;
 * ``batch``: keep the full history in memory and rerun `prune` over all of it;
 * ``sql_batch``: store the turn in a SQL chat-history table (JSON rows, as
   LangChain's SQL chat history does), read the whole history back, rerun `prune`.
@@ -31,10 +33,10 @@ __all__ = ["compare_per_turn", "draw"]
 WINDOW = 5  # turns measured at each length
 
 
-def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict]:
+def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, float]]:
     turns = generate("agent", max(sizes), seed)
     measured = {t for n in sizes for t in range(max(1, n - WINDOW + 1), n + 1)}
-    costs: dict[str, dict[int, float]] = {"incremental": {}, "batch": {}, "sql_batch": {}}
+    costs: dict[str, dict[int, float]] = {"incremental": {}, "incremental_live": {}, "batch": {}, "sql_batch": {}}
     with tempfile.TemporaryDirectory() as tmp:
         store = PruneStore(f"sqlite:///{Path(tmp) / 'prunestore.db'}")
         history_db = sa.create_engine(f"sqlite:///{Path(tmp) / 'history.db'}")
@@ -56,6 +58,8 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict]:
                 store.append("bench", messages)
                 if timed:
                     costs["incremental"][turn] = time.perf_counter() - start
+                    store.live("bench")
+                    costs["incremental_live"][turn] = time.perf_counter() - start
 
                 history.extend(messages)
                 if timed:
@@ -79,7 +83,7 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict]:
     result = []
     for n in sizes:
         window = [t for t in range(max(1, n - WINDOW + 1), n + 1)]
-        row = {"turns": n, "messages": sum(1 for m in turns.messages if m.turn <= n)}
+        row: dict[str, float] = {"turns": n, "messages": sum(1 for m in turns.messages if m.turn <= n)}
         for name, per_turn in costs.items():
             row[f"{name}_ms"] = statistics.median(per_turn[t] for t in window) * 1000
         result.append(row)

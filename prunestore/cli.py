@@ -137,7 +137,8 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
     """
     total = sum(f.stat().st_size for f in files)
     show = sys.stderr.isatty() and not as_json
-    start, count, sessions = time.perf_counter(), 0, set()
+    start, count = time.perf_counter(), 0
+    sessions: set[str] = set()
     progress = click.progressbar(length=total, label="importing", file=sys.stderr, hidden=not show)
     with _open(ctx) as store, progress as bar:
         pending: dict[str, list] = {}
@@ -404,6 +405,9 @@ def demo(ctx: click.Context, sizes: str, seed: int, as_json: bool) -> None:
             if not as_json:
                 click.echo(f"  {row.session}: {row.messages} messages, {row.reduction:.1%} of tokens pruned", err=True)
         url = store.url
+        last = rows[-1].session
+        verdicts = {m.verdict: m.id for m in reversed(store.messages(last))}
+        example = verdicts.get("restored") or verdicts.get("superseded") or verdicts["kept"]
     if as_json:
         _echo_json([asdict(r) | {"reduction": r.reduction} for r in rows])
         return
@@ -452,9 +456,8 @@ def demo(ctx: click.Context, sizes: str, seed: int, as_json: bool) -> None:
     ok = all(r.incremental_equals_batch and r.idempotent and r.required_kept == r.required for r in rows)
     click.echo(f"incremental state equals batch pruning, idempotent, no required fact lost: {'yes' if ok else 'NO'}")
     click.echo(
-        f"\nThe store is {url}. Explore it:\n"
-        f"  prunestore sessions\n  prunestore stats agent-{rows[-1].turns}\n"
-        f"  prunestore live agent-{rows[-1].turns}\n  prunestore explain agent-{rows[-1].turns} t2"
+        f"\nThe store is {url}. Explore it:\n  prunestore sessions\n  prunestore stats {last}\n"
+        f"  prunestore live {last}\n  prunestore explain {last} {example}"
     )
 
 
@@ -475,20 +478,22 @@ def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> N
         _table(
             [
                 "turns",
-                "prunestore ms",
+                "append ms",
+                "append+live ms",
                 "batch rerun ms",
-                "SQL read + rerun ms",
-                "rerun / prunestore",
-                "read+rerun / prunestore",
+                "SQL read+rerun ms",
+                "rerun / append",
+                "SQL read+rerun / append+live",
             ],
             [
                 (
                     r["turns"],
-                    f"{r['incremental_ms']:.3f}",
-                    f"{r['batch_ms']:.3f}",
-                    f"{r['sql_batch_ms']:.3f}",
+                    f"{r['incremental_ms']:.2f}",
+                    f"{r['incremental_live_ms']:.2f}",
+                    f"{r['batch_ms']:.2f}",
+                    f"{r['sql_batch_ms']:.2f}",
                     f"{r['batch_ms'] / r['incremental_ms']:.1f}x",
-                    f"{r['sql_batch_ms'] / r['incremental_ms']:.1f}x",
+                    f"{r['sql_batch_ms'] / r['incremental_live_ms']:.1f}x",
                 )
                 for r in result
             ],
