@@ -218,6 +218,13 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
 # -- reading -------------------------------------------------------------------
 
 
+def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
+    if as_json:
+        _echo_json([to_json(m, seq=m.seq, verdict=m.verdict, base=m.base, tokens=m.tokens) for m in messages])
+    else:
+        _message_rows(messages)
+
+
 @main.command()
 @click.argument("session")
 @_json_option
@@ -226,11 +233,7 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
 def live(ctx: click.Context, session: str, as_json: bool) -> None:
     """The live messages of SESSION: what goes into the next prompt."""
     with _open(ctx) as store:
-        messages = store.live(session)
-    if as_json:
-        _echo_json([to_json(m, seq=m.seq, verdict=m.verdict, tokens=m.tokens) for m in messages])
-    else:
-        _message_rows(messages)
+        _print_messages(store.live(session), as_json)
 
 
 @main.command()
@@ -241,11 +244,7 @@ def live(ctx: click.Context, session: str, as_json: bool) -> None:
 def messages(ctx: click.Context, session: str, as_json: bool) -> None:
     """Every message of SESSION with its verdict."""
     with _open(ctx) as store:
-        stored = store.messages(session)
-    if as_json:
-        _echo_json([to_json(m, seq=m.seq, verdict=m.verdict, base=m.base, tokens=m.tokens) for m in stored])
-    else:
-        _message_rows(stored)
+        _print_messages(store.messages(session), as_json)
 
 
 @main.command()
