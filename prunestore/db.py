@@ -92,19 +92,15 @@ def _configure_sqlite(engine: Engine) -> None:
 
 
 @contextmanager
-def connection(engine: Engine, action: str, *, write: bool = False, snapshot: bool = False) -> Iterator[Connection]:
-    """One transaction, committed on success; database errors become `DatabaseError`.
+def connection(engine: Engine, action: str, *, write: bool = False) -> Iterator[Connection]:
+    """A SQLAlchemy transaction (for Alembic), committed on success; errors become `DatabaseError`.
 
-    `write` takes SQLite's write lock up front (``BEGIN IMMEDIATE``); `snapshot`
-    makes every statement of a PostgreSQL reader see the same snapshot
-    (SQLite readers always do).
+    `write` takes SQLite's write lock up front (``BEGIN IMMEDIATE``).
     """
     with wrap_database_errors(action):
         with engine.connect() as conn:
             if write:
                 conn = conn.execution_options(**{_WRITE: True})
-            if snapshot and conn.dialect.name == "postgresql":
-                conn = conn.execution_options(isolation_level="REPEATABLE READ")
             with conn.begin():
                 yield conn
 
@@ -115,8 +111,10 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
 
     The engine's pool hands out the connection; the transaction is begun and
     ended here, which costs a fraction of a SQLAlchemy `Connection` (0.03 ms
-    against 0.1 ms on SQLite). `write` and `snapshot` mean what they mean for
-    `connection`. Driver errors become `DatabaseError`.
+    against 0.1 ms on SQLite). `write` takes SQLite's write lock up front
+    (``BEGIN IMMEDIATE``); `snapshot` makes every statement of a PostgreSQL
+    reader see one snapshot (SQLite readers always do). Driver errors become
+    `DatabaseError`.
     """
     with wrap_database_errors(action):
         pooled = engine.raw_connection()

@@ -186,17 +186,13 @@ def find_session(driver: Driver, name: str) -> SessionRow | None:
     return SessionRow(*row) if row else None
 
 
-def lock_session(driver: Driver, name: str, create: bool) -> SessionRow | None:
+def lock_session(driver: Driver, name: str) -> SessionRow | None:
     """Read the session row so that no other writer can change the session until commit.
 
     SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
     PostgreSQL writers lock the session's row.
     """
-    select = LOCK_SESSION_PG if driver.pyformat else SELECT_SESSION
-    row = driver.first(select, {"name": name})
-    if row is None and create:
-        driver.run(INSERT_SESSION, {"name": name})
-        row = driver.first(select, {"name": name})
+    row = driver.first(LOCK_SESSION_PG if driver.pyformat else SELECT_SESSION, {"name": name})
     return SessionRow(*row) if row else None
 
 
@@ -216,7 +212,7 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
         found.update((m.id, m) for m in (stored_message(r[3:]) for r in rows if r[3] is not None))
     if row is None:
         driver.run(INSERT_SESSION, {"name": name})
-        row = lock_session(driver, name, create=False)
+        row = lock_session(driver, name)
         assert row is not None
     return row, found
 

@@ -283,7 +283,7 @@ class PruneStore:
                 driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
             use = policy or self.policy
             for name in self._names(driver, session):
-                row = lock_session(driver, name, create=False)
+                row = lock_session(driver, name)
                 assert row is not None
                 self._rebuild_session(driver, row, use)
         if policy is not None:
@@ -311,7 +311,7 @@ class PruneStore:
         """Remove the session and every row that belongs to it."""
         name = _check_session_name(session)
         with db.transaction(self.engine, f"delete session {name!r}", write=True) as driver:
-            row = lock_session(driver, name, create=False)
+            row = lock_session(driver, name)
             if row is None:
                 raise SessionNotFoundError(f"session={shorten(name)}: no such session")
             for statement in _DELETE_SESSION:
