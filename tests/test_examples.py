@@ -50,4 +50,4 @@ def test_readme_quick_start_matches_ci():
     ci = (EXAMPLES.parent / ".ci" / "run").read_text()
     test_command = "python -m pip install -e '.[test]' && python -m pytest"
     assert test_command in readme and test_command in ci
-    assert "python -m pip install . && python examples/chatbot_turns.py" in readme
+    assert "python -m pip install . && prunestore demo" in readme
