@@ -135,34 +135,19 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
     Memory stays flat however long the files are. Messages already stored
     are skipped, so re-running an interrupted import finishes it.
     """
+    from .importer import import_files
+
     total = sum(f.stat().st_size for f in files)
     show = sys.stderr.isatty() and not as_json
-    start, count = time.perf_counter(), 0
-    sessions: set[str] = set()
+    start = time.perf_counter()
     progress = click.progressbar(length=total, label="importing", file=sys.stderr, hidden=not show)
     with _open(ctx) as store, progress as bar:
-        pending: dict[str, list] = {}
-        buffered = 0
-        for path in files:
-            with path.open("rb") as handle:
-                lines = _counting_lines(handle, bar)
-                for session, message in read_lines(lines, session_field=True):
-                    assert session is not None
-                    pending.setdefault(session, []).append(message)
-                    buffered += 1
-                    if buffered >= batch_size:
-                        store.append_many(pending)
-                        count, buffered = count + buffered, 0
-                        sessions.update(pending)
-                        pending = {}
-        if pending:
-            store.append_many(pending)
-            sessions.update(pending)
-            count += buffered
+        imported = import_files(store, files, batch_size, bar.update)
+    count = imported.messages
     elapsed = time.perf_counter() - start
     summary = {
         "messages": count,
-        "sessions": len(sessions),
+        "sessions": imported.sessions,
         "seconds": round(elapsed, 3),
         "messages_per_second": round(count / elapsed) if elapsed else None,
     }
@@ -170,21 +155,9 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
         _echo_json(summary)
     else:
         click.echo(
-            f"imported {count} messages in {len(sessions)} sessions in {elapsed:.1f} s "
+            f"imported {count} messages in {imported.sessions} sessions in {elapsed:.1f} s "
             f"({summary['messages_per_second']} messages/s)"
         )
-
-
-def _counting_lines(handle, bar) -> Iterable[str]:
-    """Decoded lines, moving the progress bar every thousand lines."""
-    done = 0
-    for number, raw in enumerate(handle, 1):
-        done += len(raw)
-        if number % 1000 == 0:
-            bar.update(done)
-            done = 0
-        yield raw.decode("utf-8")
-    bar.update(done)
 
 
 @main.command()

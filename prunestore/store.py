@@ -199,29 +199,36 @@ class PruneStore:
         prepared = []
         for session, messages in batches.items():
             name, batch = _check_session_name(session), _as_batch(messages)
-            if batch:
-                prepared.append((name, batch, [new_state(m, self._tokens(m)) for m in batch]))
-        prepared.sort(key=lambda item: item[0])
-        deltas = {session: Delta() for session in batches}
-        if not prepared:
+            prepared.append((name, [new_state(m, self._tokens(m)) for m in batch]))
+        return self._append_states(prepared)
+
+    def _append_states(self, prepared: Iterable[tuple[str, list[MsgState]]]) -> dict[str, Delta]:
+        """`append_many` for messages whose derived columns are computed already (the importer does it)."""
+        deltas: dict[str, Delta] = {}
+        work = []
+        for name, states in prepared:
+            deltas[name] = Delta()
+            if states:
+                work.append((_check_session_name(name), states))
+        work.sort(key=lambda item: item[0])
+        if not work:
             return deltas
-        action = f"append to session {prepared[0][0]!r}" + (
-            f" and {len(prepared) - 1} more" if len(prepared) > 1 else ""
-        )
+        action = f"append to session {work[0][0]!r}" + (f" and {len(work) - 1} more" if len(work) > 1 else "")
         for attempt in range(_ATTEMPTS):
             try:
                 with db.transaction(self.engine, action, write=True) as driver:
-                    for name, batch, states in prepared:
-                        deltas[name] = self._append_locked(driver, name, batch, states)
+                    for name, states in work:
+                        deltas[name] = self._append_locked(driver, name, states)
                 return deltas
             except DatabaseError as exc:
                 if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
                     raise
         raise AssertionError("unreachable")
 
-    def _append_locked(self, driver: Driver, name: str, batch: list[Message], states: list[MsgState]) -> Delta:
+    def _append_locked(self, driver: Driver, name: str, states: list[MsgState]) -> Delta:
         """Lock one session, skip retries, check turns, run the maintainer and write back."""
-        row, stored = lock_session_for_append(driver, name, list({m.id: None for m in batch}))
+        batch = [s.message for s in states if s.message is not None]
+        row, stored = lock_session_for_append(driver, name, list({s.id: None for s in states}))
         rows = SessionRows(driver, row)
         fresh: list[MsgState] = []
         seen: dict[str, Message] = {}

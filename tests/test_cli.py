@@ -219,3 +219,17 @@ def test_bench_prints_side_by_side(tmp_path):
 def test_version():
     result = CliRunner().invoke(main, ["--version"])
     assert result.exit_code == 0 and "prunestore" in result.output
+
+
+def test_import_stops_at_a_bad_line_naming_it(cli, tmp_path):
+    good = [{"session": "s", "id": f"m{i}", "role": "user", "content": "x", "turn": i} for i in range(4)]
+    lines = (
+        [json.dumps(m) for m in good[:2]]
+        + ['{"session": "s", "id": "bad", "role": "user"}']
+        + [json.dumps(m) for m in good[2:]]
+    )
+    source = tmp_path / "bad.jsonl"
+    source.write_text("\n".join(lines) + "\n")
+    output = cli("import", "--batch-size", "2", str(source), code=2)
+    assert "line 3: missing field 'content'" in output
+    assert [m["id"] for m in json.loads(cli("messages", "s", "--json"))] == ["m0", "m1"]  # the batch before it
