@@ -1,9 +1,11 @@
 """Append latency at growing session sizes, on SQLite (file, WAL) and PostgreSQL.
 
-Builds one session's history with batched appends (1,000 messages a
-transaction), then times single-message appends, each in its own
-transaction, at 1,000, 10,000 and 100,000 messages of history, and prints p50,
-p99 and the ratio of the largest size's p50 to the smallest's.
+Builds one session per size (1,000, 10,000 and 100,000 messages of history,
+with batched appends of 1,000 messages a transaction), then times
+single-message appends, each in its own transaction, taking the sessions in
+turn, one append each, so that the machine's noise falls on every size alike.
+Prints p50 and p99 per size and the ratio of the largest size's p50 to the
+smallest's.
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
@@ -80,29 +82,26 @@ def percentile(values: list[float], p: float) -> float:
 
 def measure(url: str, sizes: list[int], samples: int) -> list[tuple[int, float, float]]:
     store = PruneStore(url)
-    traffic = AgentTraffic()
-    session = f"bench-{uuid.uuid4().hex[:8]}"
-    have = 0
-    rows = []
-    for size in sizes:
-        while have < size:
-            batch = traffic.batch(min(1000, size - have))
-            store.append(session, batch)
-            have += len(batch)
-        if store.engine.dialect.name == "postgresql":
-            with store.engine.begin() as conn:
-                conn.exec_driver_sql("ANALYZE prunestore_messages, prunestore_keys, prunestore_hash_holders")
-        timings = []
-        for _ in range(samples):
+    run = uuid.uuid4().hex[:8]
+    sessions = {size: (f"bench-{run}-{size}", AgentTraffic(seed=size)) for size in sizes}
+    for size, (session, traffic) in sessions.items():
+        for start in range(0, size, 1000):
+            store.append(session, traffic.batch(min(1000, size - start)))
+        print(f"  built {size:,} messages", flush=True)
+    if store.engine.dialect.name == "postgresql":
+        with store.engine.begin() as conn:
+            conn.exec_driver_sql("ANALYZE prunestore_messages, prunestore_keys, prunestore_hash_holders")
+    timings: dict[int, list[float]] = {size: [] for size in sizes}
+    for _ in range(samples):
+        for size, (session, traffic) in sessions.items():  # interleaved: one append per size in turn
             message = traffic.next()
             start = time.perf_counter()
             store.append(session, message)
-            timings.append((time.perf_counter() - start) * 1000)
-            have += 1
-        rows.append((size, statistics.median(timings), percentile(timings, 0.99)))
-        print(f"  {size:>7,} messages: p50 {rows[-1][1]:.3f} ms  p99 {rows[-1][2]:.3f} ms", flush=True)
-    assert store.verify(session).ok
-    store.delete_session(session)
+            timings[size].append((time.perf_counter() - start) * 1000)
+    rows = [(size, statistics.median(timings[size]), percentile(timings[size], 0.99)) for size in sizes]
+    for session, _ in sessions.values():
+        assert store.verify(session).ok
+        store.delete_session(session)
     store.close()
     return rows
 
