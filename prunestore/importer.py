@@ -51,6 +51,7 @@ def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[st
                 state.defines,
                 state.refs,
                 state.content_hash,
+                state.metadata_json,
             )
         )
     return records
@@ -61,7 +62,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
     session, *values = record
     message = object.__new__(Message)
     message.__dict__.update(zip(_FIELDS, values[:9], strict=True))
-    tokens, defines, refs, content_hash = values[9:]
+    tokens, defines, refs, content_hash, metadata_json = values[9:]
     state = MsgState(
         0,
         message.id,
@@ -75,6 +76,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
         False,
         message=message,
         tokens=tokens,
+        metadata_json=metadata_json,
     )
     return session, state
 

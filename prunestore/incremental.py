@@ -31,7 +31,18 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, Message, Policy, effective_defines, effective_refs
+from .model import (
+    DUPLICATE,
+    EXPIRED,
+    KEPT,
+    RESTORED,
+    SUPERSEDED,
+    Message,
+    Policy,
+    effective_defines,
+    effective_refs,
+    encode_metadata,
+)
 from .text import content_hash
 
 __all__ = ["MsgState", "KeyState", "Rows", "Maintainer", "new_state"]
@@ -55,6 +66,7 @@ class MsgState:
     dirty: bool = False
     message: Message | None = None  # set for messages appended in this transaction
     tokens: int = 0
+    metadata_json: str | None = None  # the metadata as stored, encoded once
 
     @property
     def live(self) -> bool:
@@ -80,6 +92,7 @@ def new_state(message: Message, tokens: int) -> MsgState:
         restored=False,
         message=message,
         tokens=tokens,
+        metadata_json=encode_metadata(message.metadata),
     )
 
 

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
-from .model import RESTORED, StoredMessage, encode_metadata
+from .model import RESTORED, StoredMessage
 
 __all__ = [
     "FULL_COLUMNS",
@@ -260,7 +260,7 @@ class SessionRows:
             "expires_after_turn": m.expires_after_turn,
             "defines": join_keys(m.defines),
             "refs": join_keys(m.refs),
-            "metadata": encode_metadata(m.metadata),
+            "metadata": state.metadata_json,
             "tokens": state.tokens,
             "content_hash": state.content_hash,
             "eff_defines": join_keys(state.defines),

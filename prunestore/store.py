@@ -38,6 +38,8 @@ from .text import count_tokens
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
 MAX_SESSION_NAME = 512
+DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
+DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
 # PostgreSQL errors after which an append is simply run again: a unique violation
 # (a concurrent retry of the same message committed while this one waited for the
 # session lock, so its retry check read a snapshot from before), a serialization
@@ -139,12 +141,16 @@ class PruneStore:
         *,
         policy: Policy | None = None,
         tokenizer: Callable[[str], int] = count_tokens,
+        max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
+        max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
     ) -> None:
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         self.url = db.resolve_url(url)
         self.engine = db.make_engine(self.url)
         self.tokenizer = tokenizer
+        self.max_content_bytes = max_content_bytes
+        self.max_metadata_bytes = max_metadata_bytes
         try:
             db.ensure_schema(self.engine)
             self.policy = self._settle_policy(policy)
@@ -209,6 +215,8 @@ class PruneStore:
         for name, states in prepared:
             deltas[name] = Delta()
             if states:
+                for state in states:
+                    self._check_limits(state)
                 work.append((_check_session_name(name), states))
         work.sort(key=lambda item: item[0])
         if not work:
@@ -265,6 +273,25 @@ class PruneStore:
         )
         added, removed = maintainer.delta()
         return Delta(tuple(added), tuple(removed))
+
+    def _check_limits(self, state: MsgState) -> None:
+        """Refuse a message larger than the store's limits (set when it is opened)."""
+        content = state.message.content if state.message is not None else ""
+        if len(content) * 4 > self.max_content_bytes:  # cheap bound first: at most 4 bytes a character
+            size = len(content.encode("utf-8"))
+            if size > self.max_content_bytes:
+                raise InvalidMessageError(
+                    f"content={shorten(content)}: {size} bytes, over the limit of {self.max_content_bytes} "
+                    "(PruneStore(max_content_bytes=...))"
+                )
+        metadata = state.metadata_json
+        if metadata is not None and len(metadata) * 4 > self.max_metadata_bytes:
+            size = len(metadata.encode("utf-8"))
+            if size > self.max_metadata_bytes:
+                raise InvalidMessageError(
+                    f"metadata={shorten(metadata)}: {size} bytes as JSON, over the limit of "
+                    f"{self.max_metadata_bytes} (PruneStore(max_metadata_bytes=...))"
+                )
 
     def _tokens(self, message: Message) -> int:
         try:

@@ -29,7 +29,8 @@ store = PruneStore(sys.argv[1])
 for b in range({BATCHES}):
     store.append("crash", [
         Message(f"b{{b}}m{{i}}", "tool_output" if i % 3 == 0 else "retrieved_doc",
-                f"result {{b % 11}} DEFINE:k{{b % 5}} REF:k{{(b + 1) % 5}}" if i % 3 == 0 else f"passage {{(b + i) % 9}}",
+                f"result {{b % 11}} DEFINE:k{{b % 5}} REF:k{{(b + 1) % 5}}" if i % 3 == 0
+                else f"passage {{(b + i) % 9}}",
                 b, tool_key=f"tool{{b % 4}}" if i % 3 == 0 else None,
                 expires_after_turn=b + 3 if i == 1 else None)
         for i in range({BATCH})

@@ -300,3 +300,14 @@ def test_errors_share_one_base(store):
         store.live("missing")
     with pytest.raises(PruneStoreError, match="url="):
         PruneStore("mysql://nobody@localhost/none")
+
+
+def test_size_limits_are_clear_errors_and_write_nothing(open_store):
+    store = open_store(max_content_bytes=1000, max_metadata_bytes=100)
+    store.append("s", M("ok", "user", "é" * 500, 0, metadata={"k": "v" * 50}))  # 1,000 bytes exactly
+    before = row_counts(store)
+    with pytest.raises(InvalidMessageError, match="content=.*1002 bytes, over the limit of 1000"):
+        store.append("s", [M("a", "user", "fine", 0), M("b", "user", "é" * 501, 0)])
+    with pytest.raises(InvalidMessageError, match="metadata=.*over the limit of 100"):
+        store.append("s", M("c", "user", "x", 0, metadata={"k": "v" * 100}))
+    assert row_counts(store) == before
