@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields
 
 from . import db
-from .audit import expected_state
+from .audit import compare, expected_state
 from .driver import Driver, Statement
 from .errors import (
     DatabaseError,
@@ -27,7 +27,6 @@ from .storage import (
     SessionRow,
     SessionRows,
     find_session,
-    join_keys,
     lock_session,
     lock_session_for_append,
     split_keys,
@@ -325,7 +324,7 @@ class PruneStore:
 
     def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
         stored = [stored_message(r[:14]) for r in driver.all(_AUDIT, {"sid": row.session_id})]
-        expected = expected_state(stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored))
+        expected = expected_state(stored, policy)
         for statement in _DELETE_DERIVED:
             driver.run(statement, {"sid": row.session_id})
         changed = [
@@ -337,7 +336,7 @@ class PruneStore:
             keys=list(expected.keys.values()),
             holders_added=sorted(expected.hash_holders),
             holders_removed=[],
-            current_turn=_turn_of(stored),
+            current_turn=expected.result.current_turn,
             last_seq=stored[-1].seq if stored else 0,
         )
 
@@ -464,42 +463,19 @@ class PruneStore:
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
             for name in self._names(driver, session):
                 row = self._session(driver, name)
-                found, count = _audit_session(driver, name, row, self.policy)
-                mismatches.extend(found)
+                rows = driver.all(_AUDIT, {"sid": row.session_id})
+                stored = [stored_message(r[:14]) for r in rows]
+                mismatches.extend(
+                    compare(
+                        name,
+                        (row.current_turn, row.last_seq),
+                        stored,
+                        [(bytes(r[14]), r[15], r[16]) for r in rows],
+                        driver.all(_KEY_ROWS, {"sid": row.session_id}),
+                        driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
+                        self.policy,
+                    )
+                )
                 sessions += 1
-                messages += count
+                messages += len(stored)
         return VerifyReport(sessions=sessions, messages=messages, mismatches=tuple(mismatches))
-
-
-def _turn_of(messages: list[StoredMessage]) -> int:
-    return messages[-1].turn if messages else 0
-
-
-def _audit_session(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[list[Mismatch], int]:
-    rows = driver.all(_AUDIT, {"sid": row.session_id})
-    stored = [stored_message(r[:14]) for r in rows]
-    expected = expected_state(stored, [m.seq for m in stored], [m.tokens for m in stored], policy, _turn_of(stored))
-    out: list[Mismatch] = []
-
-    def differ(what: str, subject: str, have: object, want: object) -> None:
-        if have != want:
-            out.append(Mismatch(name, what, subject, have, want))
-
-    differ("session", "current_turn", row.current_turn, _turn_of(stored))
-    differ("session", "last_seq", row.last_seq, stored[-1].seq if stored else 0)
-    for message, r, state in zip(stored, rows, expected.states, strict=True):
-        differ("verdict", message.id, message.verdict, state.verdict)
-        differ("base", message.id, message.base, state.base)
-        differ("content_hash", message.id, bytes(r[14]), state.content_hash)
-        differ("effective_keys", message.id, (r[15], r[16]), (join_keys(state.defines), join_keys(state.refs)))
-    have_keys = {
-        key: (definer, support, kept) for key, definer, support, kept in driver.all(_KEY_ROWS, {"sid": row.session_id})
-    }
-    want_keys = {k: (ks.definer, ks.support, ks.kept_refs) for k, ks in expected.keys.items()}
-    empty = (None, 0, 0)
-    for key in sorted(set(have_keys) | set(want_keys)):
-        differ("key", key, have_keys.get(key, empty), want_keys.get(key, empty))
-    have_holders = {(bytes(h), seq) for h, seq in driver.all(_HOLDER_ROWS, {"sid": row.session_id})}
-    for h, seq in sorted(have_holders ^ expected.hash_holders):
-        differ("hash_holder", f"{h.hex()[:12]}@{seq}", (h, seq) in have_holders, (h, seq) in expected.hash_holders)
-    return out, len(stored)

@@ -36,9 +36,9 @@ def recorded(monkeypatch):
 
 def test_append_statements_use_indexes(store, recorded):
     store.append("other", [M(f"o{i}", "tool_output", f"x{i}", 0, tool_key=f"t{i % 3}") for i in range(50)])
-    for messages in SCENARIOS.values():
+    for number, messages in enumerate(SCENARIOS.values()):
         for m in messages:
-            store.append("s" + str(hash(tuple(x.id for x in messages)) % 1000), m)
+            store.append(f"scenario-{number}", m)
     store.append("s", [M("e1", "user", "a", 0, expires_after_turn=0), M("e2", "user", "b", 3)])
     statements = [
         (s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))
