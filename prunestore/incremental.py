@@ -131,7 +131,7 @@ class _HashGroup:
 
     content_hash: bytes
     removed: set[int] = field(default_factory=set)
-    added: list[int] = field(default_factory=list)
+    added: dict[int, None] = field(default_factory=dict)  # new holders, in order (an ordered set)
     cursor: int | None = None  # smallest stored holder not removed, once looked up
     looked_up: bool = False
     lost_first: bool = False
@@ -217,14 +217,14 @@ class Maintainer:
             group.cursor = self.rows.first_holder_after(group.content_hash, group.cursor)
         if group.cursor is not None:
             return group.cursor
-        return group.added[0] if group.added else None
+        return next(iter(group.added), None)
 
     def _leave_group(self, state: MsgState) -> None:
         """A holder stops surviving (superseded or expired); the next copy may take over."""
         group = self._group(state.content_hash)
         was_first = self._first_holder(group) == state.seq
         if state.seq in group.added:
-            group.added.remove(state.seq)
+            del group.added[state.seq]
         else:
             group.removed.add(state.seq)
         if was_first and not group.lost_first:
@@ -388,7 +388,7 @@ class Maintainer:
             group = self._group(state.content_hash)
             if self._first_holder(group) is not None:
                 state.base = DUPLICATE
-            group.added.append(state.seq)
+            group.added[state.seq] = None
 
         self._keys(state.defines + state.refs)
         for ks in self._keys(state.defines):
