@@ -22,7 +22,7 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from .jsonl import to_json
+from .jsonl import parse_line, to_json
 from .model import Message
 from .prune import prune
 from .store import PruneStore
@@ -74,7 +74,8 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, fl
                 if timed:
                     with history_db.connect() as conn:
                         query = sa.select(table.c.message).where(table.c.session_id == "bench").order_by(table.c.id)
-                        loaded = [_message(json.loads(text)) for text in conn.execute(query).scalars()]
+                        texts = enumerate(conn.execute(query).scalars(), 1)
+                        loaded = [parse_line(text, n, session_field=False)[1] for n, text in texts]
                     prune(loaded)
                     costs["sql_batch"][turn] = time.perf_counter() - start
         finally:
@@ -88,13 +89,6 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, fl
             row[f"{name}_ms"] = statistics.median(per_turn[t] for t in window) * 1000
         result.append(row)
     return result
-
-
-def _message(data: dict) -> Message:
-    for name in ("defines", "refs"):
-        if name in data:
-            data[name] = tuple(data[name])
-    return Message(**data)
 
 
 def draw(result: list[dict], path: Path) -> None:

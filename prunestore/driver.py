@@ -69,10 +69,11 @@ class Statement:
 class Driver:
     """Executes `Statement`s on a DBAPI connection (sqlite3 or psycopg)."""
 
-    __slots__ = ("raw", "pyformat", "_errors")
+    __slots__ = ("raw", "postgres", "pyformat", "_errors")
 
     def __init__(self, raw: Any, dialect: Dialect) -> None:
         self.raw = raw
+        self.postgres = dialect.name == "postgresql"
         self.pyformat = dialect.paramstyle == "pyformat"
         self._errors = dialect.loaded_dbapi.Error
 
@@ -87,7 +88,7 @@ class Driver:
 
     def pipeline(self):
         """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite."""
-        return self.raw.pipeline() if self.pyformat else nullcontext()
+        return self.raw.pipeline() if self.postgres else nullcontext()
 
     def _fail(self, statement: Statement, exc: Exception) -> DatabaseError:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

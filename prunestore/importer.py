@@ -19,13 +19,12 @@ from pathlib import Path
 
 from .incremental import MsgState, new_state
 from .jsonl import parse_line
-from .model import Message
+from .model import MESSAGE_FIELDS, Message, unchecked
 from .store import PruneStore
 
 __all__ = ["ImportSummary", "import_files"]
 
 Record = tuple  # (session, Message fields..., tokens, defines, refs, hash): plain values, cheap to pickle
-_FIELDS = ("id", "role", "content", "turn", "tool_key", "expires_after_turn", "defines", "refs", "metadata")
 
 
 @dataclass(frozen=True)
@@ -46,7 +45,7 @@ def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[st
         records.append(
             (
                 session,
-                *(getattr(message, f) for f in _FIELDS),
+                *(getattr(message, f) for f in MESSAGE_FIELDS),
                 state.tokens,
                 state.defines,
                 state.refs,
@@ -60,9 +59,9 @@ def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[st
 def _state(record: Record) -> tuple[str, MsgState]:
     """Rebuild a record validated by the worker, without validating it again."""
     session, *values = record
-    message = object.__new__(Message)
-    message.__dict__.update(zip(_FIELDS, values[:9], strict=True))
-    tokens, defines, refs, content_hash, metadata_json = values[9:]
+    n = len(MESSAGE_FIELDS)
+    message = unchecked(Message, **dict(zip(MESSAGE_FIELDS, values[:n], strict=True)))
+    tokens, defines, refs, content_hash, metadata_json = values[n:]
     state = MsgState(
         0,
         message.id,

@@ -13,11 +13,10 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from .errors import InvalidMessageError, shorten
-from .model import Message
+from .model import MESSAGE_FIELDS, Message
 
-__all__ = ["FIELDS", "parse_line", "read_lines", "to_json"]
+__all__ = ["parse_line", "read_lines", "to_json"]
 
-FIELDS = ("id", "role", "content", "turn", "tool_key", "expires_after_turn", "defines", "refs", "metadata")
 _REQUIRED = ("id", "role", "content", "turn")
 
 
@@ -32,7 +31,7 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
     session = data.pop("session", None)
     if session_field and (not isinstance(session, str) or not session):
         raise InvalidMessageError(f"line {number}: session={shorten(session)}: a non-empty string is required")
-    unknown = sorted(set(data) - set(FIELDS))
+    unknown = sorted(set(data) - set(MESSAGE_FIELDS))
     if unknown:
         raise InvalidMessageError(f"line {number}: unknown field {unknown[0]!r}")
     missing = [f for f in _REQUIRED if f not in data]
@@ -56,7 +55,7 @@ def read_lines(lines: Iterable[str], *, session_field: bool) -> Iterator[tuple[s
 def to_json(message: Message, **extra: Any) -> dict[str, Any]:
     """A message as a JSON-ready dict (the Message fields, then `extra`), omitting unset optional fields."""
     out: dict[str, Any] = {}
-    for name in FIELDS:
+    for name in MESSAGE_FIELDS:
         value = getattr(message, name)
         if value is None or value == ():
             continue

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, fields
+from typing import Any, TypeVar
 
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
 from .text import KEY_PATTERN, marker_defines, marker_refs
@@ -23,6 +23,8 @@ __all__ = [
     "effective_defines",
     "effective_refs",
     "encode_metadata",
+    "MESSAGE_FIELDS",
+    "unchecked",
 ]
 
 ROLES = frozenset({"system", "user", "assistant", "tool_output", "retrieved_doc"})
@@ -124,6 +126,21 @@ def _check_utf8(field_name: str, value: str) -> None:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise _fail(field_name, value, f"cannot be encoded as UTF-8 ({exc.reason})") from None
+
+
+MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
+M = TypeVar("M", bound=Message)
+
+
+def unchecked(cls: type[M], **values: Any) -> M:
+    """A Message (or StoredMessage) from values validated before, skipping the checks.
+
+    For rows read back and lines a worker validated: construction is the hot
+    part of reading thousands of them.
+    """
+    message = object.__new__(cls)
+    message.__dict__.update(values)
+    return message
 
 
 def effective_defines(message: Message) -> frozenset[str]:

@@ -14,7 +14,7 @@ from collections.abc import Iterable
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
-from .model import RESTORED, StoredMessage
+from .model import RESTORED, StoredMessage, unchecked
 
 __all__ = [
     "FULL_COLUMNS",
@@ -124,13 +124,12 @@ def split_keys(text: str) -> tuple[str, ...]:
 def stored_message(row) -> StoredMessage:
     """A `StoredMessage` from a row selected with the full column list.
 
-    Rows were validated on the way in, so the value is filled in directly,
-    without the dataclass constructor: reads of thousands of rows are a hot
-    path (`live` is called every turn) and this halves their Python cost.
+    Rows were validated on the way in, so the checks are skipped: reads of
+    thousands of rows are a hot path (`live` is called every turn).
     """
     (seq, id_, role, content, escaped, turn, tool_key, expires, defines, refs, metadata, tokens, base, verdict) = row
-    message = _new_stored(StoredMessage)
-    message.__dict__.update(
+    return unchecked(
+        StoredMessage,
         id=id_,
         role=role,
         content=decode_content(content, escaped) if escaped else content,
@@ -145,10 +144,6 @@ def stored_message(row) -> StoredMessage:
         tokens=tokens,
         base=base,
     )
-    return message
-
-
-_new_stored = object.__new__
 
 
 def _state(row) -> MsgState:
@@ -192,7 +187,7 @@ def lock_session(driver: Driver, name: str) -> SessionRow | None:
     SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
     PostgreSQL writers lock the session's row.
     """
-    row = driver.first(LOCK_SESSION_PG if driver.pyformat else SELECT_SESSION, {"name": name})
+    row = driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"name": name})
     return SessionRow(*row) if row else None
 
 
@@ -201,7 +196,7 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
 
     One round trip for the common case: the lock and the retry check together.
     """
-    select = LOCK_SESSION_WITH_IDS_PG if driver.pyformat else SESSION_WITH_IDS
+    select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
     found: dict[str, StoredMessage] = {}
     row = None
     for start in range(0, max(len(ids), 1), 500):
@@ -223,7 +218,7 @@ class SessionRows:
     def __init__(self, driver: Driver, session: SessionRow) -> None:
         self.driver = driver
         self.sid = session.session_id
-        self.escape_nul = driver.pyformat  # PostgreSQL
+        self.escape_nul = driver.postgres
 
     def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
         return [_state(row) for row in self.driver.chunks(MESSAGES_BY_SEQ, {"sid": self.sid}, "seqs", seqs)]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import fields
 
 from . import db
 from .audit import compare, expected_state
@@ -20,7 +19,18 @@ from .errors import (
     shorten,
 )
 from .incremental import Maintainer, MsgState, new_state
-from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, VERDICTS, Message, Policy, StoredMessage
+from .model import (
+    DUPLICATE,
+    EXPIRED,
+    KEPT,
+    MESSAGE_FIELDS,
+    RESTORED,
+    SUPERSEDED,
+    VERDICTS,
+    Message,
+    Policy,
+    StoredMessage,
+)
 from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
 from .storage import (
     FULL_COLUMNS,
@@ -45,7 +55,6 @@ DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
 # failure, a deadlock.
 _RETRY_SQLSTATES = {"23505", "40001", "40P01"}
 _ATTEMPTS = 3
-_MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 
 _LIVE = Statement(
     f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
@@ -124,7 +133,7 @@ def _as_batch(messages: Message | Iterable[Message]) -> list[Message]:
 
 
 def _differing_fields(a: Message, b: Message) -> list[str]:
-    return [name for name in _MESSAGE_FIELDS if getattr(a, name) != getattr(b, name)]
+    return [name for name in MESSAGE_FIELDS if getattr(a, name) != getattr(b, name)]
 
 
 class PruneStore:

@@ -50,7 +50,6 @@ def stored_count(url: str) -> int:
 
 def test_kill_9_at_random_moments(store, store_url):
     rng = random.Random(7)
-    store.append("warm", [])  # the schema exists before the first child starts
     progress = []
     for _ in range(KILLS):
         child = subprocess.Popen([sys.executable, "-c", CHILD, store_url], stdout=subprocess.PIPE, text=True)

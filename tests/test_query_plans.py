@@ -45,7 +45,7 @@ def test_append_statements_use_indexes(store, recorded):
     ]
     assert len(statements) >= 8  # lookups by seq, id, tool key, expiry, key, hash; updates; deletes
     with db.transaction(store.engine, "explain") as driver:
-        postgres = driver.pyformat
+        postgres = driver.postgres
         if postgres:
             driver.raw.execute("SET LOCAL enable_seqscan = off")
         for statement, params in statements:
