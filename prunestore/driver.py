@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from typing import Any
 
 from sqlalchemy.engine import Dialect
@@ -86,9 +86,18 @@ class Driver:
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise DatabaseError(f"{action} failed: {detail}") from exc
 
-    def pipeline(self):
-        """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite."""
-        return self.raw.pipeline() if self.postgres else nullcontext()
+    @contextmanager
+    def pipeline(self) -> Iterator[None]:
+        """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite.
+
+        psycopg reports a failed statement of the pipeline when the block ends,
+        so the end is wrapped too.
+        """
+        if not self.postgres:
+            yield
+            return
+        with self.errors_as("pipelined write"), self.raw.pipeline():
+            yield
 
     def _fail(self, statement: Statement, exc: Exception) -> DatabaseError:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]

@@ -51,7 +51,19 @@ _WITH_IDS = (
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
 )
 SESSION_WITH_IDS = Statement(_WITH_IDS)
-LOCK_SESSION_WITH_IDS_PG = Statement(_WITH_IDS + " FOR UPDATE OF s")
+# After waiting for the lock, PostgreSQL returns the session row's newest version
+# but the joined messages of the statement's snapshot, which may miss messages
+# the previous lock holder committed. The last column says whether the row
+# changed since the snapshot (its xmin differs): then the ids are read again.
+LOCK_SESSION_WITH_IDS_PG = Statement(
+    _WITH_IDS.replace(
+        " FROM prunestore_sessions s",
+        ", s.xmin = (SELECT x.xmin FROM prunestore_sessions x WHERE x.session_id = s.session_id)"
+        " FROM prunestore_sessions s",
+    )
+    + " FOR UPDATE OF s"
+)
+MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) ON CONFLICT (name) DO NOTHING"
 )
@@ -204,7 +216,14 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
         if not rows:
             break
         row = SessionRow(*rows[0][:3])
-        found.update((m.id, m) for m in (stored_message(r[3:]) for r in rows if r[3] is not None))
+        if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
+            found = {
+                m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids))
+            }
+            break
+        found.update(
+            (m.id, m) for m in (stored_message(r[3:-1] if driver.postgres else r[3:]) for r in rows if r[3] is not None)
+        )
     if row is None:
         driver.run(INSERT_SESSION, {"name": name})
         row = lock_session(driver, name)
