@@ -13,6 +13,7 @@ from .errors import (
     MessageNotFoundError,
     PolicyMismatchError,
     PruneStoreError,
+    SessionExistsError,
     SessionNotFoundError,
     TurnOrderError,
 )
@@ -48,6 +49,7 @@ __all__ = [
     "TurnOrderError",
     "SessionNotFoundError",
     "MessageNotFoundError",
+    "SessionExistsError",
     "PolicyMismatchError",
     "DatabaseError",
 ]

@@ -188,6 +188,42 @@ def delete(ctx: click.Context, session: str, yes: bool) -> None:
     click.echo(f"deleted {session}")
 
 
+@main.command()
+@click.argument("session")
+@click.argument("at_message_id")
+@click.argument("new_session")
+@click.pass_context
+@_fail_cleanly
+def fork(ctx: click.Context, session: str, at_message_id: str, new_session: str) -> None:
+    """Start NEW_SESSION with the messages of SESSION up to and including AT_MESSAGE_ID."""
+    with _open(ctx) as store:
+        store.fork(session, at_message_id, new_session)
+        live_count = len(store.live(new_session))
+    click.echo(f"forked {session} at {at_message_id} into {new_session} ({live_count} live)")
+
+
+@main.command()
+@click.argument("session")
+@click.argument("after_message_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+@_json_option
+@click.pass_context
+@_fail_cleanly
+def truncate(ctx: click.Context, session: str, after_message_id: str, yes: bool, as_json: bool) -> None:
+    """Drop the messages of SESSION after AFTER_MESSAGE_ID, restoring the state it had then."""
+    if not yes:
+        click.confirm(f"Drop every message of session {session!r} after {after_message_id!r}?", abort=True)
+    with _open(ctx) as store:
+        delta = store.truncate(session, after_message_id)
+    if as_json:
+        _echo_json(asdict(delta))
+    else:
+        click.echo(
+            f"truncated {session} after {after_message_id}: "
+            f"{len(delta.live_removed)} no longer live, {len(delta.live_added)} live again"
+        )
+
+
 # -- reading -------------------------------------------------------------------
 
 

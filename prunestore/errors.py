@@ -19,6 +19,7 @@ __all__ = [
     "TurnOrderError",
     "SessionNotFoundError",
     "MessageNotFoundError",
+    "SessionExistsError",
     "PolicyMismatchError",
     "DatabaseError",
     "shorten",
@@ -57,6 +58,10 @@ class MessageNotFoundError(PruneStoreError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
+
+
+class SessionExistsError(PruneStoreError):
+    """A fork named a new session that the store already holds."""
 
 
 class PolicyMismatchError(PruneStoreError):

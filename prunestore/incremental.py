@@ -67,6 +67,7 @@ class MsgState:
     message: Message | None = None  # set for messages appended in this transaction
     tokens: int = 0
     metadata_json: str | None = None  # the metadata as stored, encoded once
+    original: tuple[str, str] | None = None  # (base, verdict) as loaded, for the undo journal
 
     @property
     def live(self) -> bool:
@@ -105,6 +106,7 @@ class KeyState:
     support: int = 0
     kept_refs: int = 0
     dirty: bool = False
+    original: tuple[int | None, int, int] | None = None  # as loaded; None for a key new in this transaction
 
 
 class Rows(Protocol):
@@ -167,6 +169,7 @@ class Maintainer:
         if known is not None:
             return known
         state.was_live = state.live
+        state.original = (state.base, state.verdict)
         self.msgs[state.seq] = state
         return state
 
@@ -185,6 +188,7 @@ class Maintainer:
         missing = [k for k in keys if k not in self.key_states]
         if missing:
             for ks in self.rows.keys(missing):
+                ks.original = (ks.definer, ks.support, ks.kept_refs)
                 self.key_states[ks.key] = ks
             for k in missing:
                 if k not in self.key_states:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS"]
+__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS", "UNDO"]
 
 VERSION_TABLE = "prunestore_alembic_version"
 
@@ -93,5 +93,27 @@ KEYS = sa.Table(
     sa.Column("definer_seq", sa.BigInteger),
     sa.Column("support", sa.Integer, nullable=False),
     sa.Column("kept_refs", sa.Integer, nullable=False),
+    sqlite_with_rowid=False,
+)
+
+# The undo journal: one row per append ("append": the turn before it) and one per
+# value the append overwrote ("message": old base and verdict; "key": old definer
+# in seq, support and kept_refs, or NULL support when the key was new; "holder": a
+# surviving holder it removed). `truncate` replays it backwards.
+UNDO = sa.Table(
+    "prunestore_undo",
+    metadata,
+    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("since_seq", sa.BigInteger, primary_key=True),  # the first seq the append wrote
+    sa.Column("n", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(8), nullable=False),
+    sa.Column("seq", sa.BigInteger),
+    sa.Column("key", sa.Text),
+    sa.Column("content_hash", sa.LargeBinary(32)),
+    sa.Column("base", sa.String(16)),
+    sa.Column("verdict", sa.String(16)),
+    sa.Column("support", sa.Integer),
+    sa.Column("kept_refs", sa.Integer),
+    sa.Column("turn", sa.BigInteger),
     sqlite_with_rowid=False,
 )

@@ -106,6 +106,12 @@ INSERT_HOLDER = Statement(
 DELETE_HOLDER = Statement(
     "DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash AND seq = :seq"
 )
+DELETE_KEY = Statement("DELETE FROM prunestore_keys WHERE session_id = :sid AND key = :key")
+UNDO_COLUMNS = ("kind", "seq", "key", "content_hash", "base", "verdict", "support", "kept_refs", "turn")
+INSERT_UNDO = Statement(
+    f"INSERT INTO prunestore_undo (session_id, since_seq, n, {', '.join(UNDO_COLUMNS)}) "
+    f"VALUES (:sid, :since, :n, {', '.join(':' + c for c in UNDO_COLUMNS)})"
+)
 
 # -- values in and out of rows ------------------------------------------
 
@@ -292,10 +298,16 @@ class SessionRows:
         holders_removed: list[tuple[bytes, int]],
         current_turn: int,
         last_seq: int,
+        journal: list[dict] | None = None,
     ) -> None:
-        """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL."""
+        """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
+
+        `journal` holds the undo rows of an append (see `undo.journal_rows`).
+        """
         with self.driver.pipeline():
             self._write_back(new, changed, keys, holders_added, holders_removed, current_turn, last_seq)
+            if journal:
+                self.driver.run_many(INSERT_UNDO, journal)
 
     def _write_back(self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq) -> None:
         sid, run_many = self.sid, self.driver.run_many

@@ -14,6 +14,7 @@ from .errors import (
     InvalidPolicyError,
     MessageNotFoundError,
     PolicyMismatchError,
+    SessionExistsError,
     SessionNotFoundError,
     TurnOrderError,
     shorten,
@@ -23,6 +24,7 @@ from .model import (
     DUPLICATE,
     EXPIRED,
     KEPT,
+    LIVE_VERDICTS,
     MESSAGE_FIELDS,
     RESTORED,
     SUPERSEDED,
@@ -32,8 +34,12 @@ from .model import (
     StoredMessage,
 )
 from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .schema import MESSAGES
 from .storage import (
+    DELETE_HOLDER,
     FULL_COLUMNS,
+    INSERT_SESSION,
+    UPDATE_SESSION,
     SessionRow,
     SessionRows,
     find_session,
@@ -43,6 +49,7 @@ from .storage import (
     stored_message,
 )
 from .text import count_tokens
+from .undo import apply_undo, journal_rows, last_append_at_or_before, read_undo
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
@@ -98,8 +105,23 @@ _PUT_SETTING = Statement(
 )
 _DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_keys", "prunestore_hash_holders")
+    for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_undo")
 ]
+_SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_VERDICTS_FROM = Statement(
+    "SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq >= :since ORDER BY seq"
+)
+_VERDICTS_OF = Statement("SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
+_TAIL = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND seq >= :since "
+    "ORDER BY seq"
+)
+_DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
+_COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name != "session_id")
+_COPY_PREFIX = Statement(
+    f"INSERT INTO prunestore_messages (session_id, {_COPIED_COLUMNS}) "
+    f"SELECT :new_sid, {_COPIED_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq <= :cut"
+)
 _DELETE_SESSION = _DELETE_DERIVED + [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
     for table in ("prunestore_messages", "prunestore_sessions")
@@ -271,13 +293,17 @@ class PruneStore:
         maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
         for state in fresh:
             maintainer.append(state)
+        changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
+        holders_added, holders_removed = maintainer.hash_holder_changes()
         rows.write_back(
             maintainer.new,
-            maintainer.changed_messages(),
-            maintainer.changed_keys(),
-            *maintainer.hash_holder_changes(),
+            changed,
+            keys,
+            holders_added,
+            holders_removed,
             current_turn=maintainer.current_turn,
             last_seq=maintainer.last_seq,
+            journal=journal_rows(row.session_id, row.last_seq + 1, row.current_turn, changed, keys, holders_removed),
         )
         added, removed = maintainer.delta()
         return Delta(tuple(added), tuple(removed))
@@ -358,6 +384,73 @@ class PruneStore:
                 raise SessionNotFoundError(f"session={shorten(name)}: no such session")
             for statement in _DELETE_SESSION:
                 driver.run(statement, {"sid": row.session_id})
+
+    def truncate(self, session: str, after_message_id: str) -> Delta:
+        """Drop every message after `after_message_id` and give the session back the state it had then.
+
+        For regenerate and undo. The appends after the cut are taken back from
+        the undo journal, so the cost follows what is cut, not the session's
+        length; a cut into history written before the last `rebuild` or `fork`
+        of the session is recomputed as a batch over what remains instead.
+        The returned `Delta` moves a client's live set to the new one.
+        """
+        name = _check_session_name(session)
+        with db.transaction(self.engine, f"truncate session {name!r}", write=True) as driver:
+            row = lock_session(driver, name)
+            if row is None:
+                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
+            cut = self._seq_of(driver, row, "after_message_id", after_message_id)
+            if cut == row.last_seq:
+                return Delta()
+            sid = row.session_id
+            journaled = last_append_at_or_before(driver, sid, cut + 1)
+            if journaled is None:
+                before = driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1})
+                driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
+                self._rebuild_session(driver, row, self.policy)
+                return _delta(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+
+            undo = read_undo(driver, sid, *journaled)
+            tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
+            touched = list(undo.verdicts)
+            before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [r[:2] + r[13:14] for r in tail]
+            apply_undo(driver, sid, undo)
+            driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
+            driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
+            driver.run(UPDATE_SESSION, {"sid": sid, "turn": undo.turn, "last_seq": undo.since - 1})
+            kept = [stored_message(r[:14]) for r in tail if r[0] <= cut]
+            if kept:
+                self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
+            after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
+            return _delta(before, after)
+
+    def fork(self, session: str, at_message_id: str, new_session: str) -> None:
+        """Start `new_session` with the messages of `session` up to and including `at_message_id`.
+
+        For branching and edit-and-regenerate. The new session's state is a
+        batch over that prefix; `session` is left as it is.
+        """
+        name, new = _check_session_name(session), _check_session_name(new_session)
+        with db.transaction(self.engine, f"fork session {name!r} into {new!r}", write=True) as driver:
+            row = lock_session(driver, name)
+            if row is None:
+                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
+            cut = self._seq_of(driver, row, "at_message_id", at_message_id)
+            if find_session(driver, new) is not None:
+                raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
+            driver.run(INSERT_SESSION, {"name": new})
+            new_row = lock_session(driver, new)
+            assert new_row is not None
+            driver.run(_COPY_PREFIX, {"new_sid": new_row.session_id, "sid": row.session_id, "cut": cut})
+            self._rebuild_session(driver, new_row, self.policy)
+
+    def _seq_of(self, driver: Driver, row: SessionRow, field: str, message_id: str) -> int:
+        if not isinstance(message_id, str):
+            raise InvalidMessageError(f"{field}={shorten(message_id)}: expected a str")
+        seq = driver.scalar(_SEQ_OF, {"sid": row.session_id, "id": message_id})
+        if seq is None:
+            raise MessageNotFoundError(f"{field}={shorten(message_id)}: not in this session")
+        return seq
 
     # -- reads --------------------------------------------------------------
 
@@ -488,3 +581,17 @@ class PruneStore:
                 sessions += 1
                 messages += len(stored)
         return VerifyReport(sessions=sessions, messages=messages, mismatches=tuple(mismatches))
+
+
+def _delta(before: Iterable[tuple[int, str, str]], after: Iterable[tuple[int, str, str]]) -> Delta:
+    """The Delta between two readings of (seq, id, verdict) rows; a row missing after is gone."""
+    was = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in before}
+    now = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in after}
+    added, removed = [], []
+    for seq in sorted(was.keys() | now.keys()):
+        old, new = was.get(seq, ("", False)), now.get(seq, ("", False))
+        if new[1] and not (old[1] and old[0] == new[0]):
+            added.append(new[0])
+        if old[1] and not (new[1] and old[0] == new[0]):
+            removed.append(old[0])
+    return Delta(tuple(added), tuple(removed))

@@ -15,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from prunestore import Message, PruneStore
+from prunestore import Message, PruneStore, db
 from prunestore.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "session.jsonl"
@@ -51,7 +51,7 @@ def cli(store_url):
 
 def test_db_upgrade_current_downgrade(cli, store_url):
     assert "at revision base" in cli("db", "current")
-    assert "at revision 0001" in cli("db", "upgrade")
+    assert f"at revision {db.head_revision()}" in cli("db", "upgrade")
     with PruneStore(store_url) as store:
         store.append("s", Message("a", "user", "hi", 0))
     assert "at revision base" in cli("db", "downgrade", "base")
@@ -144,6 +144,23 @@ def test_delete_asks_unless_yes(cli):
     assert "deleted billing-3" in cli("delete", "billing-3", input="y\n")
     cli("delete", "support-7", "--yes")
     assert cli("sessions").strip() == ""
+
+
+def test_fork_then_truncate(cli):
+    cli("import", str(EXAMPLE))
+    ids = [m["id"] for m in json.loads(cli("messages", "support-7", "--json"))]
+    assert "forked support-7 at u2 into branch" in cli("fork", "support-7", "u2", "branch")
+    assert [m["id"] for m in json.loads(cli("messages", "branch", "--json"))] == ids[: ids.index("u2") + 1]
+    cli("fork", "support-7", "u2", "branch", code=2)  # the session exists
+    cli("truncate", "support-7", "u2", input="n\n", code=1)
+    assert len(json.loads(cli("messages", "support-7", "--json"))) == len(ids)
+    delta = json.loads(cli("truncate", "support-7", "u2", "--yes", "--json"))
+    assert set(delta) == {"live_added", "live_removed"} and delta["live_removed"]
+    assert [m["id"] for m in json.loads(cli("live", "support-7", "--json"))] == [
+        m["id"] for m in json.loads(cli("live", "branch", "--json"))
+    ]
+    assert "no longer live" in cli("truncate", "support-7", "u1", "--yes")
+    assert cli("verify", "--all").startswith("ok: 3 sessions")
 
 
 def test_import_shows_no_progress_bar_when_piped(cli):

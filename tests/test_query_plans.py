@@ -40,10 +40,37 @@ def test_append_statements_use_indexes(store, recorded):
         for m in messages:
             store.append(f"scenario-{number}", m)
     store.append("s", [M("e1", "user", "a", 0, expires_after_turn=0), M("e2", "user", "b", 3)])
+    assert_plans_use_indexes(store, recorded, at_least=8)  # lookups by seq, id, tool key, expiry, key, hash; updates
+
+
+def test_truncate_statements_use_indexes(store, recorded):
+    """Taking back appends from the undo journal reads only the journal and rows of what is cut."""
+    for turn in range(40):
+        store.append(
+            "s",
+            [
+                M(f"u{turn}", "user", f"q {turn} DEFINE:k{turn % 4} REF:k{(turn + 1) % 4}", turn),
+                M(
+                    f"t{turn}",
+                    "tool_output",
+                    f"r {turn % 5}",
+                    turn,
+                    tool_key=f"tool{turn % 2}",
+                    expires_after_turn=turn + 3,
+                ),
+                M(f"d{turn}", "retrieved_doc", f"passage {turn % 6}", turn),
+            ],
+        )
+    recorded.clear()
+    store.truncate("s", "t30")
+    assert_plans_use_indexes(store, recorded, at_least=6)
+
+
+def assert_plans_use_indexes(store, recorded, at_least: int) -> None:
     statements = [
         (s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))
     ]
-    assert len(statements) >= 8  # lookups by seq, id, tool key, expiry, key, hash; updates; deletes
+    assert len(statements) >= at_least, [s.text for s, _ in statements]
     with db.transaction(store.engine, "explain") as driver:
         postgres = driver.postgres
         if postgres:
