@@ -75,7 +75,8 @@ class Driver:
         self.raw = raw
         self.postgres = dialect.name == "postgresql"
         self.pyformat = dialect.paramstyle == "pyformat"
-        self._errors = dialect.loaded_dbapi.Error
+        # The driver's errors, and what it raises for a value no column can hold.
+        self._errors = (dialect.loaded_dbapi.Error, UnicodeEncodeError, OverflowError)
 
     @contextmanager
     def errors_as(self, action: str) -> Iterator[None]:

@@ -84,7 +84,7 @@ class Message:
     metadata: dict[str, Any] | None = field(default=None, hash=False)
 
     def __post_init__(self) -> None:
-        _check_text("id", self.id)
+        check_identifier("id", self.id)
         if not isinstance(self.role, str) or self.role not in ROLES:
             raise _fail("role", self.role, f"must be one of {', '.join(sorted(ROLES))}")
         if not isinstance(self.content, str):
@@ -92,7 +92,7 @@ class Message:
         _check_utf8("content", self.content)
         _check_turn("turn", self.turn, 0)
         if self.tool_key is not None:
-            _check_text("tool_key", self.tool_key)
+            check_identifier("tool_key", self.tool_key)
         if self.expires_after_turn is not None:
             _check_turn("expires_after_turn", self.expires_after_turn, self.turn)
         object.__setattr__(self, "defines", _check_keys("defines", self.defines))
@@ -112,7 +112,7 @@ def _check_turn(field_name: str, value: object, minimum: int) -> None:
         raise _fail(field_name, value, f"must be <= {MAX_TURN}")
 
 
-def _check_text(field_name: str, value: object) -> None:
+def check_identifier(field_name: str, value: object) -> None:
     """Identifiers (id, tool_key): non-empty strings, UTF-8, no NUL."""
     if not isinstance(value, str) or not value:
         raise _fail(field_name, value, "must be a non-empty string")
@@ -208,12 +208,11 @@ class Policy:
         roles = self.dedupe_roles
         if isinstance(roles, str) or not isinstance(roles, Iterable):
             raise InvalidPolicyError(f"dedupe_roles={shorten(roles)}: must be a set of roles")
-        roles = frozenset(roles)
-        unknown = sorted(r for r in roles if r not in ROLES)
+        unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
         if unknown:
             raise InvalidPolicyError(f"dedupe_roles={shorten(unknown)}: unknown role")
-        object.__setattr__(self, "dedupe_roles", roles)
-        if self.restore not in RESTORE_MODES:
+        object.__setattr__(self, "dedupe_roles", frozenset(roles))
+        if not isinstance(self.restore, str) or self.restore not in RESTORE_MODES:
             raise InvalidPolicyError(f"restore={shorten(self.restore)}: must be 'transitive' or 'direct'")
 
     @property

@@ -32,6 +32,7 @@ from .model import (
     Message,
     Policy,
     StoredMessage,
+    check_identifier,
 )
 from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
 from .schema import MESSAGES
@@ -43,6 +44,7 @@ from .storage import (
     SessionRow,
     SessionRows,
     find_session,
+    join_keys,
     lock_session,
     lock_session_for_append,
     split_keys,
@@ -107,6 +109,10 @@ _DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
     for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_undo")
 ]
+_UPDATE_KEYS_AND_HASH = Statement(
+    "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
+    "WHERE session_id = :sid AND seq = :seq"
+)
 _SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 _VERDICTS_FROM = Statement(
     "SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq >= :since ORDER BY seq"
@@ -358,10 +364,24 @@ class PruneStore:
             self.policy = policy
 
     def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
-        stored = [stored_message(r[:14]) for r in driver.all(_AUDIT, {"sid": row.session_id})]
+        """Rewrite every derived row and column of the session from its messages."""
+        rows = driver.all(_AUDIT, {"sid": row.session_id})
+        stored = [stored_message(r[:14]) for r in rows]
         expected = expected_state(stored, policy)
         for statement in _DELETE_DERIVED:
             driver.run(statement, {"sid": row.session_id})
+        keys_and_hash = [
+            {
+                "sid": row.session_id,
+                "seq": s.seq,
+                "content_hash": s.content_hash,
+                "eff_defines": join_keys(s.defines),
+                "eff_refs": join_keys(s.refs),
+            }
+            for s, r in zip(expected.states, rows, strict=True)
+            if (bytes(r[14]), r[15], r[16]) != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
+        ]
+        driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
         changed = [
             s for s, m in zip(expected.states, stored, strict=True) if (s.base, s.verdict) != (m.base, m.verdict)
         ]
@@ -445,8 +465,7 @@ class PruneStore:
             self._rebuild_session(driver, new_row, self.policy)
 
     def _seq_of(self, driver: Driver, row: SessionRow, field: str, message_id: str) -> int:
-        if not isinstance(message_id, str):
-            raise InvalidMessageError(f"{field}={shorten(message_id)}: expected a str")
+        check_identifier(field, message_id)
         seq = driver.scalar(_SEQ_OF, {"sid": row.session_id, "id": message_id})
         if seq is None:
             raise MessageNotFoundError(f"{field}={shorten(message_id)}: not in this session")
@@ -488,6 +507,7 @@ class PruneStore:
         with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
             sid = row.session_id
+            check_identifier("message_id", message_id)
             found = driver.first(_ONE, {"sid": sid, "id": message_id})
             if found is None:
                 raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")

@@ -22,6 +22,7 @@ from prunestore import (
     SessionNotFoundError,
     TurnOrderError,
     count_tokens,
+    prune,
 )
 
 M = Message
@@ -265,6 +266,64 @@ def test_verify_reports_damage_and_rebuild_repairs_it(store):
     store.rebuild()
     assert store.verify().ok
     assert {m.id: m.verdict for m in store.messages("chat")}["ls1"] == "superseded"
+
+
+# Damage done with SQL behind the store's back (to session :sid), and the one mismatch verify must report.
+# csv_session's seqs: sys 1, pref 2, ls1 3, doc1 4, doc2 5, ls2 6, ask 7.
+_MESSAGE = "UPDATE prunestore_messages SET {} WHERE session_id = :sid AND id = '{}'"
+DAMAGE = {
+    "verdict": (_MESSAGE.format("verdict = 'kept'", "ls1"), "verdict", "ls1"),
+    "base": (_MESSAGE.format("base = 'kept'", "ls1"), "base", "ls1"),
+    "content hash": (_MESSAGE.format("content_hash = :other_hash", "ask"), "content_hash", "ask"),
+    "effective keys": (_MESSAGE.format("eff_refs = ''", "ask"), "effective_keys", "ask"),
+    "key support": (
+        "UPDATE prunestore_keys SET support = 7 WHERE session_id = :sid AND key = 'format'",
+        "key",
+        "format",
+    ),
+    "key definer": ("UPDATE prunestore_keys SET definer_seq = 1 WHERE session_id = :sid", "key", "format"),
+    "missing key": ("DELETE FROM prunestore_keys WHERE session_id = :sid", "key", "format"),
+    "extra key": (
+        "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs) "
+        "VALUES (:sid, 'ghost', 3, 1, 1)",
+        "key",
+        "ghost",
+    ),
+    "missing holder": ("DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND seq = 5", "hash_holder", "@5"),
+    "extra holder": (
+        "INSERT INTO prunestore_hash_holders (session_id, content_hash, seq) VALUES (:sid, :other_hash, 3)",
+        "hash_holder",
+        "@3",
+    ),
+    "current turn": (
+        "UPDATE prunestore_sessions SET current_turn = 999 WHERE session_id = :sid",
+        "session",
+        "current turn and last seq",
+    ),
+    "last seq": (
+        "UPDATE prunestore_sessions SET last_seq = 3 WHERE session_id = :sid",
+        "session",
+        "current turn and last seq",
+    ),
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGE)
+def test_verify_names_exactly_the_damage_and_rebuild_repairs_it(store, damage):
+    sql, what, subject = DAMAGE[damage]
+    store.append("other", csv_session())  # untouched: damage to "chat" must not be reported for it
+    store.append("chat", csv_session())
+    with store.engine.begin() as conn:
+        sid = conn.execute(sa.text("SELECT session_id FROM prunestore_sessions WHERE name = 'chat'")).scalar()
+        changed = conn.execute(sa.text(sql), {"sid": sid, "other_hash": bytes(32)})
+        assert changed.rowcount == 1
+    report = store.verify()
+    assert [(m.session, m.what) for m in report.mismatches] == [("chat", what)]
+    assert report.mismatches[0].subject.endswith(subject)
+    store.rebuild("chat")
+    assert store.verify().ok
+    expected = prune(csv_session())
+    assert {m.id: m.verdict for m in store.messages("chat")} == expected.verdicts
 
 
 def test_a_new_process_sees_the_same_state(store, store_url):
