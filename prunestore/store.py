@@ -19,6 +19,7 @@ from .errors import (
     TurnOrderError,
     shorten,
 )
+from .formats import Rendered, render
 from .incremental import Maintainer, MsgState, new_state
 from .model import (
     DUPLICATE,
@@ -231,13 +232,16 @@ class PruneStore:
         A message whose id is already stored with equal fields is skipped (a
         safe retry); with different fields it raises `DuplicateMessageError`.
         """
-        return self.append_many({session: messages})[session]
+        name = _check_session_name(session)
+        return self.append_many({name: messages})[name]
 
     def append_many(self, batches: Mapping[str, Message | Iterable[Message]]) -> dict[str, Delta]:
         """Append to several sessions in one transaction: all of it is stored, or none.
 
         Sessions are locked in name order, so concurrent callers cannot deadlock.
         """
+        if not isinstance(batches, Mapping):
+            raise InvalidMessageError(f"batches={shorten(batches)}: expected a mapping of session names to messages")
         prepared = []
         for session, messages in batches.items():
             name, batch = _check_session_name(session), _as_batch(messages)
@@ -496,6 +500,14 @@ class PruneStore:
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             row = self._session(driver, session)
             return [stored_message(r) for r in driver.all(_ALL, {"sid": row.session_id})]
+
+    def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
+        """The session's live history as a prompt the provider accepts: see `prunestore.formats.render`.
+
+        `format` is "openai", "anthropic" or "text"; `dropped` is "omit" or
+        "placeholder" (a pruned tool result keeps its call and says why it is gone).
+        """
+        return render(self.messages(session), format, dropped)
 
     def sessions(self) -> list[str]:
         """Every session name, sorted."""
