@@ -17,6 +17,7 @@ from .errors import (
     SessionNotFoundError,
     TurnOrderError,
 )
+from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
 from .prune import PruneResult, prune
 from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
@@ -36,6 +37,10 @@ __all__ = [
     "count_tokens",
     "normalize",
     "PruneStore",
+    "from_openai",
+    "from_anthropic",
+    "Rendered",
+    "RenderReport",
     "Delta",
     "Explanation",
     "Mismatch",

@@ -1,0 +1,154 @@
+"""What the providers accept, written down as validators, and generated agent transcripts to feed them.
+
+The validators check what the APIs reject with a 400: a tool result that
+does not follow the assistant message with its call, a call without its
+result, an empty assistant message, and for Anthropic two messages of the
+same role in a row or text before the tool results of a user message.
+"""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import strategies as st
+
+
+def validate_openai(messages: list[dict]) -> None:
+    pending: set[str] | None = None
+    for n, m in enumerate(messages):
+        role = m.get("role")
+        assert role in ("system", "developer", "user", "assistant", "tool"), (n, role)
+        if role == "tool":
+            assert pending is not None and m.get("tool_call_id") in pending, f"{n}: tool result without its call"
+            pending.discard(m["tool_call_id"])
+            continue
+        assert not pending, f"{n}: calls {pending} have no result"
+        pending = None
+        if role == "assistant":
+            calls = m.get("tool_calls") or []
+            assert calls or m.get("content") not in (None, "", []), f"{n}: empty assistant message"
+            ids = [c["id"] for c in calls]
+            assert len(set(ids)) == len(ids), f"{n}: a call id twice"
+            pending = set(ids)
+    assert not pending, f"calls {pending} at the end have no result"
+
+
+def validate_anthropic(system: object, messages: list[dict]) -> None:
+    assert system is None or isinstance(system, (str, list)), system
+    previous = None
+    pending: set[str] = set()
+    for n, m in enumerate(messages):
+        role, content = m.get("role"), m.get("content")
+        assert role in ("user", "assistant"), (n, role)
+        assert role != previous, f"{n}: two {role} messages in a row"
+        assert content not in ("", [], None), f"{n}: empty message"
+        blocks = [{"type": "text", "text": content}] if isinstance(content, str) else content
+        if role == "user":
+            results = [b["tool_use_id"] for b in blocks if b["type"] == "tool_result"]
+            assert len(set(results)) == len(results) and set(results) == pending, f"{n}: results {results} != {pending}"
+            firsts = [b["type"] == "tool_result" for b in blocks]
+            assert firsts == sorted(firsts, reverse=True), f"{n}: text before a tool result"
+            pending = set()
+        else:
+            assert not any(b["type"] == "tool_result" for b in blocks), f"{n}: a tool result from the assistant"
+            pending = {b["id"] for b in blocks if b["type"] == "tool_use"}
+        previous = role
+    assert not pending, f"calls {pending} at the end have no result"
+
+
+TOOLS = {
+    "search": ["prunestore", "sqlite wal", "alembic"],
+    "run_sql": ["SELECT 1", "SELECT count(*) FROM t"],
+    "get_user_settings": [None],
+    "fetch_doc": ["guide", "faq", "changelog"],  # a document tool: its results are passages
+}
+PASSAGES = ["Passage about setup.", "Passage about pruning.", "passage about  SETUP."]
+
+
+@st.composite
+def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[dict]:
+    """A Chat Completions agent transcript: parallel calls, repeated calls, duplicate passages, a pending call.
+
+    With `unique`, every call and result differs, so nothing is pruned.
+    """
+    messages: list[dict] = [{"role": "system", "content": "You are a careful agent."}]
+    calls_made = 0
+    turns = draw(st.integers(1, max_turns))
+    for turn in range(turns):
+        text = draw(st.sampled_from(["Find it.", "My preferred format is CSV.", "Again, please."]))
+        messages.append({"role": "user", "content": f"{text} ({turn})" if unique else text})
+        steps = draw(st.integers(0, 3))
+        for step in range(steps):
+            calls = []
+            for _ in range(draw(st.integers(0, 3))):
+                calls_made += 1
+                name = draw(st.sampled_from(sorted(TOOLS)))
+                argument = draw(st.sampled_from(TOOLS[name]))
+                arguments = {} if argument is None else {"q": argument}
+                if unique:
+                    arguments["n"] = calls_made
+                spacing = draw(st.sampled_from([(",", ":"), (", ", ": ")]))  # equal calls, different whitespace
+                calls.append(
+                    {
+                        "id": f"call_{calls_made}",
+                        "type": "function",
+                        "function": {"name": name, "arguments": json.dumps(arguments, separators=spacing)},
+                    }
+                )
+            if calls:
+                message = {
+                    "role": "assistant",
+                    "content": draw(st.sampled_from([None, "Let me check."])),
+                    "tool_calls": calls,
+                }
+            else:
+                message = {"role": "assistant", "content": f"Here is the answer {calls_made}."}
+            messages.append(message)
+            last = turn == turns - 1 and step == steps - 1
+            for call in calls:
+                if last and draw(st.booleans()):
+                    continue  # no result yet: the call is still running
+                name = call["function"]["name"]
+                if name == "fetch_doc":
+                    content = f"{draw(st.sampled_from(PASSAGES))} {call['id'] if unique else ''}".strip()
+                else:
+                    content = f"{name} says {draw(st.integers(0, 2)) if not unique else call['id']}"
+                messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
+    return messages
+
+
+def anthropic_from_openai(messages: list[dict]) -> tuple[str | None, list[dict]]:
+    """The same conversation as the Messages API records it: results as blocks of one user message."""
+    system = None
+    out: list[dict] = []
+    for m in messages:
+        if m["role"] == "system":
+            system = m["content"]
+        elif m["role"] == "assistant":
+            blocks = [{"type": "text", "text": m["content"]}] if m.get("content") else []
+            blocks += [
+                {
+                    "type": "tool_use",
+                    "id": c["id"],
+                    "name": c["function"]["name"],
+                    "input": json.loads(c["function"]["arguments"]),
+                }
+                for c in m.get("tool_calls") or []
+            ]
+            if out and out[-1]["role"] == "assistant":  # the API wants one message per side in a row
+                out[-1]["content"].extend(blocks)
+            else:
+                out.append({"role": "assistant", "content": blocks})
+        elif m["role"] == "tool":
+            block = {"type": "tool_result", "tool_use_id": m["tool_call_id"], "content": m["content"]}
+            if out and out[-1]["role"] == "user":
+                out[-1]["content"].append(block)
+            else:
+                out.append({"role": "user", "content": [block]})
+        elif out and out[-1]["role"] == "user":
+            if isinstance(out[-1]["content"], str):
+                out[-1]["content"] = [{"type": "text", "text": out[-1]["content"]}]
+            out[-1]["content"].append({"type": "text", "text": m["content"]})  # text after the results
+        else:
+            out.append({"role": "user", "content": m["content"]})
+    return system, out

@@ -1,0 +1,254 @@
+"""Provider formats: transcripts import with keys from their calls, and every render is one the provider accepts."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from providers import anthropic_from_openai, openai_transcripts, validate_anthropic, validate_openai
+
+from prunestore import InvalidMessageError, Message, from_anthropic, from_openai
+from prunestore.formats import ToolResult, tool_key
+
+_names = itertools.count()
+
+
+def settings_hook(result: ToolResult):
+    return (["user_settings"], []) if result.name == "get_user_settings" else None
+
+
+OPTIONS = {"document_tools": {"fetch_doc"}, "ttl": {"run_sql": 2}, "keys_of": settings_hook}
+
+
+def test_tool_key_is_name_plus_canonical_arguments():
+    assert tool_key("search", '{"b": 1, "a": [1, 2]}') == tool_key("search", '{"a":[1,2],"b":1}')
+    assert tool_key("search", {"a": 1}) == 'search:{"a":1}'
+    assert tool_key("search", '{"a": 1}') != tool_key("search", '{"a": 2}')
+    assert tool_key("search", '{"a": 1}') != tool_key("other", '{"a": 1}')
+    assert tool_key("search", "not json {") == "search:not json {"
+
+
+def test_openai_import_maps_roles_turns_keys_and_options():
+    transcript = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "List the files."},
+        {
+            "role": "assistant",
+            "content": None,
+            "tool_calls": [
+                {"id": "c1", "type": "function", "function": {"name": "ls", "arguments": '{"path": "/data"}'}},
+                {"id": "c2", "type": "function", "function": {"name": "fetch_doc", "arguments": '{"q": "faq"}'}},
+                {"id": "c3", "type": "function", "function": {"name": "get_user_settings", "arguments": "{}"}},
+            ],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "a b"},
+        {"role": "tool", "tool_call_id": "c2", "content": "The FAQ."},
+        {"role": "tool", "tool_call_id": "c3", "content": '{"format": "csv"}'},
+        {"role": "user", "content": [{"type": "text", "text": "Again."}, {"type": "image_url", "image_url": {}}]},
+    ]
+    ms = from_openai(transcript, keep_tools={"get_user_settings"}, **{**OPTIONS, "ttl": {"ls": 3}})
+    assert [(m.id, m.role, m.turn) for m in ms] == [
+        ("m0", "system", 0),
+        ("m1", "user", 1),
+        ("m2", "assistant", 1),
+        ("c1", "tool_output", 1),
+        ("c2", "retrieved_doc", 1),
+        ("c3", "tool_output", 1),
+        ("m6", "user", 2),
+    ]
+    assert ms[3].tool_key == 'ls:{"path":"/data"}' and ms[3].expires_after_turn == 4
+    assert ms[4].tool_key is None  # a passage: deduplicated by content instead
+    assert ms[5].tool_key is None and ms[5].defines == ("user_settings",)  # kept tool, keys from the hook
+    assert ms[6].content == "Again.\n[image_url]"
+    assert all(m.metadata == {"openai": t} for m, t in zip(ms, transcript, strict=True))
+    assert from_openai(transcript, turns=[0, 5, 5, 5, 5, 5, 9])[6].turn == 9
+
+
+def test_anthropic_import_splits_tool_results_into_messages_of_their_own():
+    transcript = [
+        {"role": "user", "content": "Weather in Paris and Rome?"},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Checking."},
+                {"type": "tool_use", "id": "t1", "name": "weather", "input": {"city": "Paris"}},
+                {"type": "tool_use", "id": "t2", "name": "weather", "input": {"city": "Rome"}},
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "12C"},
+                {"type": "tool_result", "tool_use_id": "t2", "content": [{"type": "text", "text": "20C"}]},
+                {"type": "text", "text": "And tomorrow?"},
+            ],
+        },
+    ]
+    ms = from_anthropic(transcript, system="Be brief.")
+    assert [(m.id, m.role, m.turn, m.tool_key) for m in ms] == [
+        ("system", "system", 0, None),
+        ("m0", "user", 1, None),
+        ("m1", "assistant", 1, None),
+        ("t1", "tool_output", 2, 'weather:{"city":"Paris"}'),
+        ("t2", "tool_output", 2, 'weather:{"city":"Rome"}'),
+        ("m2.2", "user", 2, None),
+    ]
+    assert ms[4].content == "20C" and ms[5].content == "And tomorrow?"
+
+
+def test_bad_transcripts_raise_naming_the_field():
+    with pytest.raises(InvalidMessageError, match=r"messages\[0\].role='robot'"):
+        from_openai([{"role": "robot", "content": "x"}])
+    with pytest.raises(InvalidMessageError, match="tool_call_id"):
+        from_openai([{"role": "tool", "content": "x"}])
+    with pytest.raises(InvalidMessageError, match="messages="):
+        from_anthropic("not a list")
+    with pytest.raises(InvalidMessageError, match="role"):
+        from_anthropic([{"role": "system", "content": "x"}])
+
+
+def _appended_incrementally(store, session, transcripts, convert):
+    """Import growing prefixes the way a chatbot does each turn; only new messages are appended."""
+    count = 0
+    for prefix in transcripts:
+        messages = convert(prefix)
+        assert [m.id for m in messages[:count]] == [m.id for m in store.messages(session)] if count else True
+        store.append(session, messages[count:])
+        count = len(messages)
+        yield messages
+
+
+def _assert_live_content_sent(store, session, rendered_json: str) -> None:
+    for m in store.live(session):
+        text = m.metadata["openai"].get("content") if "openai" in (m.metadata or {}) else None
+        if isinstance(text, str) and text:
+            assert json.dumps(text)[1:-1] in rendered_json, (m.id, text)
+
+
+@settings(max_examples=40)
+@given(transcript=openai_transcripts(), dropped=st.sampled_from(["omit", "placeholder"]))
+def test_every_render_after_every_append_is_valid(store, transcript, dropped):
+    session = f"o{next(_names)}"
+    prefixes = [transcript[: n + 1] for n in range(len(transcript))]
+    for _ in _appended_incrementally(store, session, prefixes, lambda p: from_openai(p, **OPTIONS)):
+        openai = store.render(session, "openai", dropped=dropped)
+        validate_openai(openai.messages)
+        live_results = {m.id for m in store.live(session) if m.metadata["openai"]["role"] == "tool"}
+        sent_results = {m["tool_call_id"]: m["content"] for m in openai.messages if m["role"] == "tool"}
+        assert live_results <= set(sent_results)
+        for call_id in set(sent_results) - live_results:  # only placeholders stand in for pruned results
+            assert dropped == "placeholder" and sent_results[call_id].startswith("[result pruned")
+        _assert_live_content_sent(store, session, json.dumps(openai.messages))
+        anthropic = store.render(session, "anthropic", dropped=dropped)
+        validate_anthropic(anthropic.system, anthropic.messages)
+        _assert_live_content_sent(store, session, json.dumps([anthropic.system, anthropic.messages]))
+        assert openai.report.tokens_out <= openai.report.tokens_in or dropped == "placeholder"
+        assert store.render(session, "text").text.count("\n\n") + 1 >= min(1, len(store.live(session)))
+
+
+@settings(max_examples=40)
+@given(transcript=openai_transcripts(), dropped=st.sampled_from(["omit", "placeholder"]))
+def test_anthropic_transcripts_render_valid_after_every_append(store, transcript, dropped):
+    system, messages = anthropic_from_openai(transcript)
+    session = f"a{next(_names)}"
+    prefixes = [messages[: n + 1] for n in range(len(messages))]
+    for _ in _appended_incrementally(store, session, prefixes, lambda p: from_anthropic(p, system, **OPTIONS)):
+        for format in ("anthropic", "openai"):
+            rendered = store.render(session, format, dropped=dropped)
+            if format == "anthropic":
+                validate_anthropic(rendered.system, rendered.messages)
+            else:
+                validate_openai(rendered.messages)
+
+
+@settings(max_examples=30)
+@given(transcript=openai_transcripts(unique=True))
+def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(store, transcript):
+    complete = _complete(transcript)
+    session = f"r{next(_names)}"
+    store.append(session, from_openai(complete))
+    assert all(m.verdict == "kept" for m in store.messages(session))
+    assert store.render(session, "openai").messages == complete
+    store.append(session, from_openai(complete))  # importing again is a no-op
+    assert len(store.messages(session)) == len(complete)
+
+    system, messages = anthropic_from_openai(complete)
+    session = f"r{next(_names)}"
+    store.append(session, from_anthropic(messages, system))
+    rendered = store.render(session, "anthropic")
+    assert (rendered.system, rendered.messages) == (system, messages)
+
+
+def _complete(transcript: list[dict]) -> list[dict]:
+    """The transcript without calls still waiting for their result (a pending call is not sent)."""
+    answered = {m["tool_call_id"] for m in transcript if m["role"] == "tool"}
+    out = []
+    for m in transcript:
+        calls = m.get("tool_calls")
+        if calls and any(c["id"] not in answered for c in calls):
+            kept = [c for c in calls if c["id"] in answered]
+            m = {**m, "tool_calls": kept} if kept else {k: v for k, v in m.items() if k != "tool_calls"}
+            if not kept and not m.get("content"):
+                continue
+        out.append(m)
+    return out
+
+
+def test_a_superseded_result_loses_its_call_or_gets_a_placeholder(store):
+    call = lambda i: {"id": f"c{i}", "type": "function", "function": {"name": "ls", "arguments": '{"p": 1}'}}  # noqa: E731
+    transcript = [
+        {"role": "user", "content": "List."},
+        {"role": "assistant", "content": "Listing.", "tool_calls": [call(1)]},
+        {"role": "tool", "tool_call_id": "c1", "content": "a"},
+        {"role": "user", "content": "Again."},
+        {"role": "assistant", "content": None, "tool_calls": [call(2)]},
+        {"role": "tool", "tool_call_id": "c2", "content": "a b"},
+    ]
+    store.append("s", from_openai(transcript))
+    omitted = store.render("s", "openai")
+    assert omitted.messages == [transcript[0], {"role": "assistant", "content": "Listing."}, *transcript[3:]]
+    assert omitted.report.calls_removed == 1 and omitted.report.placeholders == 0
+    kept = store.render("s", "openai", dropped="placeholder")
+    assert kept.messages[2] == {"role": "tool", "tool_call_id": "c1", "content": kept.messages[2]["content"]}
+    assert "superseded" in kept.messages[2]["content"] and kept.report.placeholders == 1
+    validate_openai(kept.messages)
+    text = store.render("s", "text").text
+    assert "assistant called ls" in text and "tool result: a b" in text
+
+
+def test_a_live_result_keeps_its_call_when_the_call_message_is_pruned(store):
+    """An assistant message pruned by a TTL still sends the call of a result that is live."""
+    transcript = [
+        {"role": "user", "content": "Fetch."},
+        {
+            "role": "assistant",
+            "content": "Fetching.",
+            "tool_calls": [{"id": "c1", "type": "function", "function": {"name": "fetch", "arguments": "{}"}}],
+        },
+        {"role": "tool", "tool_call_id": "c1", "content": "data"},
+    ]
+    ms = from_openai(transcript)
+    ms[1] = Message(ms[1].id, "assistant", ms[1].content, 1, expires_after_turn=1, metadata=ms[1].metadata)
+    store.append("s", ms)
+    store.append("s", Message("later", "user", "Thanks.", 3))
+    assert {m.id: m.verdict for m in store.messages("s")}["m1"] == "expired"
+    rendered = store.render("s", "openai")
+    validate_openai(rendered.messages)
+    assert rendered.messages[1] == {"role": "assistant", "content": None, "tool_calls": transcript[1]["tool_calls"]}
+    anthropic = store.render("s", "anthropic")
+    validate_anthropic(anthropic.system, anthropic.messages)
+    assert anthropic.messages[1] == {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": "c1", "name": "fetch", "input": {}}],
+    }
+
+
+def test_render_refuses_unknown_options(store):
+    store.append("s", Message("a", "user", "hi", 0))
+    with pytest.raises(InvalidMessageError, match="format='xml'"):
+        store.render("s", "xml")
+    with pytest.raises(InvalidMessageError, match="dropped='hide'"):
+        store.render("s", "openai", dropped="hide")
