@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from . import __version__, db
-from .errors import PruneStoreError
+from .errors import InvalidMessageError, PruneStoreError
 from .jsonl import read_lines, to_json
 from .model import StoredMessage
 from .store import PruneStore
@@ -125,16 +125,52 @@ def append(ctx: click.Context, session: str, as_json: bool) -> None:
 
 @main.command("import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--batch-size", default=2000, show_default=True, help="Lines per transaction.")
+@click.option("--batch-size", default=2000, show_default=True, help="Lines per transaction (JSON Lines).")
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["jsonl", "openai", "anthropic"]),
+    default="jsonl",
+    show_default=True,
+    help="JSON Lines messages, or one provider transcript per FILE.",
+)
+@click.option("--session", help="Session of a provider transcript (default: the file name without extension).")
+@click.option("--document-tool", multiple=True, help="A tool whose results are retrieved passages (repeatable).")
+@click.option("--keep-tool", multiple=True, help="A tool whose results are never superseded (repeatable).")
 @_json_option
 @click.pass_context
 @_fail_cleanly
-def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_json: bool) -> None:
-    """Import JSON Lines FILES whose lines carry a "session" field, one transaction per batch.
+def import_(
+    ctx: click.Context,
+    files: tuple[Path, ...],
+    batch_size: int,
+    format_: str,
+    session: str | None,
+    document_tool: tuple[str, ...],
+    keep_tool: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Import FILES: JSON Lines whose lines carry a "session" field, or provider transcripts.
 
-    Memory stays flat however long the files are. Messages already stored
-    are skipped, so re-running an interrupted import finishes it.
+    JSON Lines go in one transaction per batch, with memory flat however long
+    the files are. A transcript (--format openai: a JSON list of Chat
+    Completions messages; --format anthropic: {"system": ..., "messages":
+    [...]}) goes in as one session. Messages already stored are skipped, so
+    re-running an interrupted import finishes it.
     """
+    if format_ != "jsonl":
+        if session is not None and len(files) > 1:
+            raise click.UsageError("--session names one session: give one FILE")
+        options = {"document_tools": set(document_tool), "keep_tools": set(keep_tool)}
+        start = time.perf_counter()
+        with _open(ctx) as store:
+            count = 0
+            for path in files:
+                messages = _read_transcript(path, format_, options)
+                store.append(session or path.stem, messages)
+                count += len(messages)
+        _report_import(count, len(files), time.perf_counter() - start, as_json)
+        return
     from .importer import import_files
 
     total = sum(f.stat().st_size for f in files)
@@ -143,11 +179,29 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
     progress = click.progressbar(length=total, label="importing", file=sys.stderr, hidden=not show)
     with _open(ctx) as store, progress as bar:
         imported = import_files(store, files, batch_size, bar.update)
-    count = imported.messages
-    elapsed = time.perf_counter() - start
+    _report_import(imported.messages, imported.sessions, time.perf_counter() - start, as_json)
+
+
+def _read_transcript(path: Path, format_: str, options: dict) -> list:
+    from .formats import from_anthropic, from_openai
+
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidMessageError(f"{path}: not a JSON transcript ({exc})") from None
+    messages = data.get("messages") if isinstance(data, dict) else data
+    try:
+        if format_ == "openai":
+            return from_openai(messages, **options)
+        return from_anthropic(messages, data.get("system") if isinstance(data, dict) else None, **options)
+    except InvalidMessageError as exc:
+        raise InvalidMessageError(f"{path}: {exc}") from None
+
+
+def _report_import(count: int, sessions: int, elapsed: float, as_json: bool) -> None:
     summary = {
         "messages": count,
-        "sessions": imported.sessions,
+        "sessions": sessions,
         "seconds": round(elapsed, 3),
         "messages_per_second": round(count / elapsed) if elapsed else None,
     }
@@ -155,7 +209,7 @@ def import_(ctx: click.Context, files: tuple[Path, ...], batch_size: int, as_jso
         _echo_json(summary)
     else:
         click.echo(
-            f"imported {count} messages in {imported.sessions} sessions in {elapsed:.1f} s "
+            f"imported {count} messages in {sessions} sessions in {elapsed:.1f} s "
             f"({summary['messages_per_second']} messages/s)"
         )
 
@@ -225,6 +279,35 @@ def truncate(ctx: click.Context, session: str, after_message_id: str, yes: bool,
 
 
 # -- reading -------------------------------------------------------------------
+
+
+@main.command()
+@click.argument("session")
+@click.option(
+    "--format", "format_", type=click.Choice(["openai", "anthropic", "text"]), default="openai", show_default=True
+)
+@click.option("--placeholders", is_flag=True, help="Keep a pruned result's call, with a placeholder saying why.")
+@click.pass_context
+@_fail_cleanly
+def render(ctx: click.Context, session: str, format_: str, placeholders: bool) -> None:
+    """The live history of SESSION as a prompt the provider accepts (JSON; text for --format text).
+
+    A one-line report of what rendering did goes to standard error.
+    """
+    with _open(ctx) as store:
+        rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
+    if format_ == "openai":
+        _echo_json(rendered.messages)
+    elif format_ == "anthropic":
+        _echo_json({"system": rendered.system, "messages": rendered.messages})
+    else:
+        click.echo(rendered.text)
+    r = rendered.report
+    click.echo(
+        f"{r.messages_out} messages from {r.messages_in}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
+        f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
+        err=True,
+    )
 
 
 def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:

@@ -163,6 +163,42 @@ def test_fork_then_truncate(cli):
     assert cli("verify", "--all").startswith("ok: 3 sessions")
 
 
+def test_import_a_provider_transcript_and_render_it(store_url, tmp_path):
+    fixtures = Path(__file__).parent / "fixtures"
+    runner = CliRunner()
+
+    def run(*args, code=0):
+        result = runner.invoke(main, ["--db", store_url, *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+
+    summary = json.loads(
+        run(
+            "import",
+            "--format",
+            "openai",
+            "--document-tool",
+            "search_docs",
+            str(fixtures / "openai_agent.json"),
+            "--json",
+        ).stdout
+    )
+    assert summary["messages"] == 298 and summary["sessions"] == 1
+    run("import", "--format", "anthropic", "--session", "claude", str(fixtures / "anthropic_agent.json"))
+    assert json.loads(run("sessions", "--json").stdout) == ["claude", "openai_agent"]
+    rendered = run("render", "openai_agent")
+    messages = json.loads(rendered.stdout)
+    assert messages[0]["role"] == "system" and "calls removed" in rendered.stderr
+    anthropic = json.loads(run("render", "claude", "--format", "anthropic", "--placeholders").stdout)
+    assert set(anthropic) == {"system", "messages"} and "[result pruned" in json.dumps(anthropic)
+    assert run("render", "claude", "--format", "text").stdout.startswith("system: You are a data analyst")
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "robot", "content": "x"}]')
+    failed = run("import", "--format", "openai", str(bad), code=2)
+    assert "bad.json" in failed.output and "role='robot'" in failed.output
+    run("import", "--format", "openai", "--session", "x", str(bad), str(bad), code=2)
+
+
 def test_import_shows_no_progress_bar_when_piped(cli):
     output = cli("import", str(EXAMPLE))
     assert "importing" not in output and "imported 12 messages in 2 sessions" in output

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import itertools
 import json
+from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from providers import anthropic_from_openai, openai_transcripts, validate_anthropic, validate_openai
 
-from prunestore import InvalidMessageError, Message, from_anthropic, from_openai
+from prunestore import InvalidMessageError, Message, from_anthropic, from_openai, prune
 from prunestore.formats import ToolResult, tool_key
 
 _names = itertools.count()
@@ -252,3 +253,43 @@ def test_render_refuses_unknown_options(store):
         store.render("s", "xml")
     with pytest.raises(InvalidMessageError, match="dropped='hide'"):
         store.render("s", "openai", dropped="hide")
+
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def _settings_and_export(result: ToolResult):
+    """The settings lookup defines user_settings; the final export depends on it."""
+    if result.name == "get_user_settings":
+        return ["user_settings"], []
+    if result.name == "export":
+        return [], ["user_settings"]
+    return None
+
+
+@pytest.mark.parametrize("format", ["openai", "anthropic"])
+def test_a_recorded_agent_session_renders_valid_every_turn_and_shrinks(store, format):
+    """60 turns of a data agent (tests/fixtures/make_transcripts.py), appended turn by turn."""
+    data = json.loads((FIXTURES / f"{format}_agent.json").read_text(encoding="utf-8"))
+    options = {"document_tools": {"search_docs"}, "keys_of": _settings_and_export}
+    if format == "openai":
+        messages = from_openai(data, **options)
+    else:
+        messages = from_anthropic(data["messages"], data["system"], **options)
+    validate = validate_openai if format == "openai" else lambda ms: validate_anthropic(rendered.system, ms)
+    for _, turn in itertools.groupby(messages, key=lambda m: m.turn):
+        store.append("agent", list(turn))
+        rendered = store.render("agent", format)
+        validate(rendered.messages)
+    report = rendered.report
+    assert report.messages_in == len(messages) == 298
+    assert 0.50 <= 1 - report.tokens_out / report.tokens_in <= 0.60  # 54.5% when the fixture was written
+    assert report.calls_removed == 108  # one per superseded or duplicate result: 77 + 31
+    stored = store.messages("agent")
+    assert {m.id: m.verdict for m in stored} == prune(messages).verdicts
+    listings = [m for m in stored if m.tool_key == 'list_files:{"path":"/data"}']
+    assert [m.verdict for m in listings] == ["superseded"] * (len(listings) - 1) + ["kept"]
+    by_id = {m.id: m for m in stored}
+    assert by_id["call_0"].live and "user_settings" in by_id["call_0"].defines  # the settings the export needs
+    assert by_id[messages[-2].id].live  # the export's result
+    assert "my preferred format is CSV" in json.dumps(rendered.messages)
