@@ -5,6 +5,7 @@ the next prompt. `prune` is the same decision as a pure function over a list
 of messages, and the oracle the store is checked against.
 """
 
+from .aio import AsyncPruneStore
 from .errors import (
     DatabaseError,
     DuplicateMessageError,
@@ -37,6 +38,7 @@ __all__ = [
     "count_tokens",
     "normalize",
     "PruneStore",
+    "AsyncPruneStore",
     "from_openai",
     "from_anthropic",
     "Rendered",

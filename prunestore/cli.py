@@ -189,7 +189,7 @@ def _read_transcript(path: Path, format_: str, options: dict) -> list:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError) as exc:
         raise InvalidMessageError(f"{path}: not a JSON transcript ({exc})") from None
-    messages = data.get("messages") if isinstance(data, dict) else data
+    messages: Any = data.get("messages") if isinstance(data, dict) else data
     try:
         if format_ == "openai":
             return from_openai(messages, **options)

@@ -13,6 +13,7 @@ import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from alembic import command
@@ -26,10 +27,14 @@ from .driver import Driver
 from .errors import PruneStoreError, wrap_database_errors
 from .schema import VERSION_TABLE
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
+
 __all__ = [
     "DEFAULT_URL",
     "resolve_url",
     "make_engine",
+    "make_async_engine",
     "connection",
     "transaction",
     "upgrade",
@@ -58,17 +63,33 @@ def resolve_url(url: str | None) -> str:
 
 def make_engine(url: str | None = None) -> Engine:
     """An engine set up for prunestore's locking on SQLite or PostgreSQL."""
+    return _make(resolve_url(url), sa.create_engine, "postgres")
+
+
+def make_async_engine(url: str | None = None) -> AsyncEngine:
+    """An asyncio engine (aiosqlite, psycopg's async mode) set up like `make_engine`.
+
+    A plain ``sqlite:///`` URL is taken to mean aiosqlite.
+    """
+    from sqlalchemy.ext.asyncio import create_async_engine
+
     url = resolve_url(url)
+    if url.startswith("sqlite:"):
+        url = "sqlite+aiosqlite:" + url[len("sqlite:") :]
+    return _make(url, create_async_engine, "asyncio")
+
+
+def _make(url: str, create, extra: str):
     try:
         backend = sa.engine.make_url(url).get_backend_name()
         if backend not in ("sqlite", "postgresql"):
             raise PruneStoreError(f"url={url!r}: only sqlite and postgresql URLs are supported")
-        engine = sa.create_engine(url)
+        engine = create(url)
     except (sa.exc.ArgumentError, ImportError) as exc:
-        hint = " (pip install 'prunestore[postgres]')" if "psycopg" in str(exc) else ""
+        hint = f" (pip install 'prunestore[{extra}]')" if "psycopg" in str(exc) or extra == "asyncio" else ""
         raise PruneStoreError(f"url={url!r}: cannot open ({exc}){hint}") from exc
     if backend == "sqlite":
-        _configure_sqlite(engine)
+        _configure_sqlite(getattr(engine, "sync_engine", engine))
     return engine
 
 
@@ -86,9 +107,11 @@ def _configure_sqlite(engine: Engine) -> None:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get(_WRITE, False)
-        raw = conn.connection.driver_connection
+        raw = conn.connection.dbapi_connection
         assert raw is not None
-        raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        cursor = raw.cursor()
+        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        cursor.close()
 
 
 @contextmanager
@@ -119,12 +142,13 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
     with wrap_database_errors(action):
         pooled = engine.raw_connection()
     try:
-        driver = Driver(pooled.driver_connection, engine.dialect)
+        # The DBAPI connection: the driver's own, or SQLAlchemy's adapter of an asyncio driver.
+        driver = Driver(pooled.dbapi_connection, engine.dialect)
         with driver.errors_as(action):
             if engine.dialect.name == "sqlite":
-                driver.raw.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+                driver.execute_plain("BEGIN IMMEDIATE" if write else "BEGIN")
             elif snapshot:
-                driver.raw.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                driver.execute_plain("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
         try:
             yield driver
         except BaseException:

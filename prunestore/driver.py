@@ -87,6 +87,14 @@ class Driver:
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise DatabaseError(f"{action} failed: {detail}") from exc
 
+    def execute_plain(self, sql: str) -> None:
+        """A statement with no parameters and no result (BEGIN, SET ...)."""
+        cursor = self.raw.cursor()
+        try:
+            cursor.execute(sql)
+        finally:
+            cursor.close()
+
     @contextmanager
     def pipeline(self) -> Iterator[None]:
         """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite.
@@ -94,7 +102,7 @@ class Driver:
         psycopg reports a failed statement of the pipeline when the block ends,
         so the end is wrapped too.
         """
-        if not self.postgres:
+        if not self.postgres or not hasattr(self.raw, "pipeline"):  # SQLite, or psycopg through asyncio
             yield
             return
         with self.errors_as("pipelined write"), self.raw.pipeline():

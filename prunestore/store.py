@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 
+from sqlalchemy.engine import Engine
+
 from . import db
 from .audit import compare, expected_state
 from .driver import Driver, Statement
@@ -184,7 +186,27 @@ class PruneStore:
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         self.url = db.resolve_url(url)
-        self.engine = db.make_engine(self.url)
+        self._open(db.make_engine(self.url), policy, tokenizer, max_content_bytes, max_metadata_bytes)
+
+    @classmethod
+    def _over(cls, engine: Engine, url: str, policy: Policy | None, *options) -> PruneStore:
+        """A store over an engine made elsewhere: `AsyncPruneStore` runs this class on its asyncio engine."""
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
+        store = cls.__new__(cls)
+        store.url = url
+        store._open(engine, policy, *options)
+        return store
+
+    def _open(
+        self,
+        engine: Engine,
+        policy: Policy | None,
+        tokenizer: Callable[[str], int],
+        max_content_bytes: int,
+        max_metadata_bytes: int,
+    ) -> None:
+        self.engine = engine
         self.tokenizer = tokenizer
         self.max_content_bytes = max_content_bytes
         self.max_metadata_bytes = max_metadata_bytes

@@ -63,13 +63,29 @@ def store_url(backend, tmp_path):
         admin.dispose()
 
 
+def pytest_generate_tests(metafunc):
+    """Modules that set BOTH_APIS run their store tests on PruneStore and on AsyncPruneStore."""
+    if "open_store" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_APIS", False):
+        metafunc.parametrize("api", ["sync", "async"], indirect=True)
+
+
 @pytest.fixture
-def open_store(store_url):
+def api(request) -> str:
+    return getattr(request, "param", "sync")
+
+
+@pytest.fixture
+def open_store(store_url, api):
     """Open stores on the test database (several opens share it); all closed at the end."""
-    opened: list[PruneStore] = []
+    opened: list = []
 
     def _open(policy: Policy | None = None, **kwargs) -> PruneStore:
-        store = PruneStore(store_url, policy=policy, **kwargs)
+        if api == "async":
+            from blocking import BlockingAsyncStore
+
+            store = BlockingAsyncStore(store_url, policy=policy, **kwargs)
+        else:
+            store = PruneStore(store_url, policy=policy, **kwargs)
         opened.append(store)
         return store
 

@@ -14,6 +14,8 @@ from providers import anthropic_from_openai, openai_transcripts, validate_anthro
 from prunestore import InvalidMessageError, Message, from_anthropic, from_openai, prune
 from prunestore.formats import ToolResult, tool_key
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 _names = itertools.count()
 
 

@@ -17,6 +17,8 @@ from hypothesis import strategies as st
 
 from prunestore import Message, Policy, prune
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 POLICIES = [
     pytest.param(Policy(), id="transitive"),
     pytest.param(Policy(restore="direct"), id="direct"),

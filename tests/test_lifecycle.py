@@ -26,6 +26,8 @@ from prunestore import (
 )
 from prunestore.schema import metadata
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 POLICIES = [
     pytest.param(Policy(), id="transitive"),
     pytest.param(Policy(restore="direct"), id="direct"),

@@ -7,6 +7,8 @@ from hypothesis import strategies as st
 
 from prunestore import Message
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 TEXTS = {
     "nul": "before\x00after\x00",
     "backslashes near nul": "\\0 \\\x00 \\\\0\x00\\",

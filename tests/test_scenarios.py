@@ -12,6 +12,8 @@ import pytest
 from prunestore import Message as M
 from prunestore import Policy, prune
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 SCENARIOS = {
     "handover promotes a copy whose refs restore a definer": [
         M("d1", "retrieved_doc", "the passage", 0, tool_key="fetch"),

@@ -25,6 +25,8 @@ from prunestore import (
     prune,
 )
 
+BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
+
 M = Message
 
 

@@ -1,0 +1,64 @@
+"""AsyncPruneStore inside one event loop: many sessions at once, the loop kept free while the database works.
+
+The behaviour and property tests run against AsyncPruneStore too (modules
+with BOTH_APIS, through tests/blocking.py); this module drives it the way an
+async web service does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from helpers import sessions
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from prunestore import AsyncPruneStore, Message, prune
+
+SESSIONS = 40
+
+
+async def _chat(store: AsyncPruneStore, session: str, messages: list[Message]) -> None:
+    for message in messages:  # one append per message, as a chatbot does every turn
+        await store.append(session, message)
+
+
+@settings(max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(sessions(min_size=1, max_size=12), min_size=SESSIONS, max_size=SESSIONS))
+def test_many_sessions_concurrently_in_one_event_loop(store_url, generated):
+    async def main() -> None:
+        ticks = 0
+
+        async def ticker() -> None:
+            nonlocal ticks
+            while True:
+                await asyncio.sleep(0)
+                ticks += 1
+
+        async with AsyncPruneStore(store_url) as store:
+            clock = asyncio.create_task(ticker())
+            names = [f"s{i}-{id(generated)}" for i in range(SESSIONS)]
+            await asyncio.gather(*(_chat(store, n, ms) for n, ms in zip(names, generated, strict=True)))
+            clock.cancel()
+            assert ticks > SESSIONS  # the loop ran other tasks while appends waited on the database
+            for name, ms in zip(names, generated, strict=True):
+                stored = await store.messages(name)
+                assert {m.id: m.verdict for m in stored} == prune(ms, policy=store.policy).verdicts
+            assert (await store.verify()).ok
+
+    asyncio.run(main())
+
+
+def test_concurrent_tasks_on_one_session_serialize(store_url):
+    async def main() -> None:
+        async with AsyncPruneStore(store_url) as store:
+            batches = [
+                [Message(f"w{w}-{i}", "tool_output", f"r {i % 3} REF:k", 0, tool_key=f"t{i % 2}") for i in range(5)]
+                for w in range(8)
+            ]
+            await asyncio.gather(*(store.append("shared", b) for b in batches))
+            stored = await store.messages("shared")
+            assert [m.seq for m in stored] == list(range(1, 41))
+            assert (await store.verify("shared")).ok
+
+    asyncio.run(main())
