@@ -27,6 +27,7 @@ from .text import count_tokens
 
 __all__ = [
     "ToolResult",
+    "Continuation",
     "from_openai",
     "from_anthropic",
     "tool_key",
@@ -56,6 +57,31 @@ class ToolResult:
 
 
 KeysHook = Callable[[ToolResult], "tuple[Iterable[str], Iterable[str]] | None"]
+
+
+@dataclass
+class Continuation:
+    """Where a transcript imported in pieces left off: its turn, the calls made so far, the next position.
+
+    Pass the same one to `from_openai` for each piece (a chat history adapter
+    does, one turn at a time): tool results then find calls made in earlier
+    pieces, turns keep counting and positional ids keep going.
+    """
+
+    turn: int = 0
+    position: int = 0
+    calls: dict[Any, tuple[Any, Any]] = field(default_factory=dict)  # call id -> (name, arguments)
+
+    @classmethod
+    def after(cls, stored: Sequence[Message]) -> Continuation:
+        """The continuation of a session that holds `stored` (imported with `from_openai`)."""
+        found = cls(turn=stored[-1].turn if stored else 0, position=len(stored))
+        for message in stored:
+            original = (message.metadata or {}).get("openai") or {}
+            for call in original.get("tool_calls") or []:
+                function = call.get("function") or {}
+                found.calls[call.get("id")] = (function.get("name"), function.get("arguments"))
+        return found
 
 
 def tool_key(name: str, arguments: Any) -> str:
@@ -167,14 +193,17 @@ def from_openai(
     ttl: Mapping[str, int] | None = None,
     keys_of: KeysHook | None = None,
     turns: Sequence[int] | None = None,
+    continuation: Continuation | None = None,
 ) -> list[Message]:
     """Chat Completions messages as prunestore `Message`s, one per provider message.
 
     Ids: the message's ``id`` when it has one, the ``tool_call_id`` for a tool
     result, else ``m<position>``; so importing a transcript again, or a longer
-    one with the same start, appends only what is new.
+    one with the same start, appends only what is new. A `continuation`
+    imports a transcript piece by piece (and is brought up to date).
     """
-    importer = _Importer(document_tools, keep_tools, ttl or {}, keys_of, turns)
+    start = continuation or Continuation()
+    importer = _Importer(document_tools, keep_tools, ttl or {}, keys_of, turns, start.turn, start.calls)
     out = []
     for index, raw in enumerate(_check_list("messages", messages)):
         original = _check_dict(f"messages[{index}]", raw)
@@ -200,8 +229,10 @@ def from_openai(
             text = "\n".join(lines)
         turn = importer.advance(index, role == "user" and bool(text))
         given = original.get("id")
-        message_id: str = given if isinstance(given, str) and given else f"m{index}"
+        message_id: str = given if isinstance(given, str) and given else f"m{start.position + index}"
         out.append(Message(message_id, _OPENAI_ROLES[role], text, turn, metadata=metadata))
+    if continuation is not None:
+        continuation.turn, continuation.position = importer.turn, start.position + len(out)
     return out
 
 

@@ -1,0 +1,1 @@
+"""Adapters to agent frameworks; each needs its framework installed (an optional extra)."""
