@@ -51,3 +51,10 @@ def test_readme_quick_start_matches_ci():
     test_command = "python -m pip install -e '.[test]' && python -m pytest"
     assert test_command in readme and test_command in ci
     assert "python -m pip install . && prunestore demo" in readme
+
+
+def test_langchain_agent_example(store_url, tmp_path):
+    first = run_example("langchain_agent.py", tmp_path, store_url)
+    assert "file listings in the prompt: 1" in first and "verify: ok" in first
+    second = run_example("langchain_agent.py", tmp_path, store_url)  # the session goes on
+    assert "Write report 2." in first and "Write report 20." in second and "verify: ok" in second
