@@ -65,3 +65,29 @@ def test_openai_agents_session_example(store_url, tmp_path):
     assert "the next run sends 8 of 12 items; 1 file listing call with its output" in first and "verify: ok" in first
     second = run_example("openai_agents_session.py", tmp_path, store_url)  # the session goes on
     assert "of 24 items; 1 file listing call" in second and "verify: ok" in second
+
+
+def test_fastapi_chatbot_over_http(store_url, monkeypatch):
+    """Two sessions, driven over HTTP: each prompt holds one file listing however often files are listed."""
+    import importlib.util
+
+    from fastapi.testclient import TestClient
+
+    monkeypatch.setenv("PRUNESTORE_URL", store_url)
+    spec = importlib.util.spec_from_file_location("fastapi_chatbot", EXAMPLES / "fastapi_chatbot.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    with TestClient(module.app) as client:
+        sizes = []
+        for n in range(4):
+            for session in ("alice", "bob"):
+                response = client.post(f"/sessions/{session}/messages", json={"content": f"Which files now? ({n})"})
+                assert response.status_code == 200, response.text
+                body = response.json()
+                assert body["reply"] == "There are 2 files."
+                if session == "alice":
+                    sizes.append((body["prompt_messages"], body["stored_messages"]))
+        assert client.post("/sessions/alice/messages", json={"content": "hello"}).json()["reply"] == "You said: hello"
+        prompt = client.get("/sessions/alice/prompt").json()
+    assert sum(1 for m in prompt if m["role"] == "tool") == 1  # older listings superseded, with their calls
+    assert sizes[-1][1] == 16 and sizes[-1][0] < sizes[-1][1]  # 4 turns x 4 messages stored; fewer sent
