@@ -187,8 +187,8 @@ def _read_transcript(path: Path, format_: str, options: dict) -> list:
 
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InvalidMessageError(f"{path}: not a JSON transcript ({exc})") from None
+    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        raise InvalidMessageError(f"{path}: not a JSON transcript ({type(exc).__name__}: {exc})") from None
     messages: Any = data.get("messages") if isinstance(data, dict) else data
     try:
         if format_ == "openai":

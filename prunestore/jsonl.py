@@ -26,6 +26,8 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
         data = json.loads(line)
     except ValueError as exc:
         raise InvalidMessageError(f"line {number}: not valid JSON ({exc})") from None
+    except RecursionError:
+        raise InvalidMessageError(f"line {number}: JSON nested too deeply") from None
     if not isinstance(data, dict):
         raise InvalidMessageError(f"line {number}: expected a JSON object, got {shorten(data)}")
     session = data.pop("session", None)

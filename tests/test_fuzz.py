@@ -83,7 +83,7 @@ def _valid_or(valid, hostile, odds: int = 3):
 
 
 @st.composite
-def messages(draw, turn: int = 0):
+def messages(draw, turn: int = 0, deep_metadata: bool = True):
     key_list = st.lists(_valid_or(st.sampled_from(["k", "user_settings"]), anything), max_size=3)
     fields = {
         "id": draw(_valid_or(st.text("abc", min_size=1, max_size=4), anything)),
@@ -99,7 +99,8 @@ def messages(draw, turn: int = 0):
         ("metadata", st.dictionaries(st.text(max_size=3), nested, max_size=3)),
     ):
         if draw(st.booleans()):
-            fields[name] = draw(_valid_or(valid, st.one_of(anything, deep) if name == "metadata" else anything))
+            hostile = st.one_of(anything, deep) if name == "metadata" and deep_metadata else anything
+            fields[name] = draw(_valid_or(valid, hostile))
     return fields
 
 
@@ -211,8 +212,17 @@ def test_hostile_arguments_to_every_other_call(fuzz_store, session, message_id, 
         any_text,
         st.builds(
             lambda fields, session: json.dumps({**fields, "session": session}, allow_nan=True, default=repr),
-            messages(),
+            messages(deep_metadata=False),
             anything,
+        ),
+        # Nesting deeper than the JSON decoder's recursion limit, written out as text.
+        st.integers(1, 200_000).map(
+            lambda d: (
+                '{"id": "a", "role": "user", "content": "x", "turn": 0, "session": "s", "metadata": {"k": '
+                + "[" * d
+                + "]" * d
+                + "}}"
+            )
         ),
         nested.map(lambda value: json.dumps(value, allow_nan=True)),
     )
