@@ -74,7 +74,10 @@ class DatabaseError(PruneStoreError):
 
 def shorten(value: object, limit: int = 60) -> str:
     """A repr of `value` short enough to put in an error message."""
-    text = repr(value)
+    try:
+        text = repr(value)
+    except RecursionError:
+        return f"<{type(value).__name__} nested too deeply to show>"
     if len(text) <= limit:
         return text
     return text[: limit - 15] + f"...({len(text)} chars)"
