@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS", "UNDO"]
+__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS"]
 
 VERSION_TABLE = "prunestore_alembic_version"
 
@@ -57,6 +57,9 @@ MESSAGES = sa.Table(
     # The verdict of passes 1-2 alone, and the final verdict after restoration.
     sa.Column("base", sa.String(16), nullable=False),
     sa.Column("verdict", sa.String(16), nullable=False),
+    # On the first message of each append: the undo journal entry of that append
+    # (`prunestore.undo`); NULL elsewhere, and where history predates the journal.
+    sa.Column("undo", sa.Text),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     sa.Index(
@@ -93,27 +96,5 @@ KEYS = sa.Table(
     sa.Column("definer_seq", sa.BigInteger),
     sa.Column("support", sa.Integer, nullable=False),
     sa.Column("kept_refs", sa.Integer, nullable=False),
-    sqlite_with_rowid=False,
-)
-
-# The undo journal: one row per append ("append": the turn before it) and one per
-# value the append overwrote ("message": old base and verdict; "key": old definer
-# in seq, support and kept_refs, or NULL support when the key was new; "holder": a
-# surviving holder it removed). `truncate` replays it backwards.
-UNDO = sa.Table(
-    "prunestore_undo",
-    metadata,
-    sa.Column("session_id", sa.Integer, primary_key=True),
-    sa.Column("since_seq", sa.BigInteger, primary_key=True),  # the first seq the append wrote
-    sa.Column("n", sa.Integer, primary_key=True),
-    sa.Column("kind", sa.String(8), nullable=False),
-    sa.Column("seq", sa.BigInteger),
-    sa.Column("key", sa.Text),
-    sa.Column("content_hash", sa.LargeBinary(32)),
-    sa.Column("base", sa.String(16)),
-    sa.Column("verdict", sa.String(16)),
-    sa.Column("support", sa.Integer),
-    sa.Column("kept_refs", sa.Integer),
-    sa.Column("turn", sa.BigInteger),
     sqlite_with_rowid=False,
 )

@@ -33,7 +33,7 @@ FULL_COLUMNS = (
 )
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
-    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict"
+    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, undo"
 )
 
 
@@ -107,11 +107,6 @@ DELETE_HOLDER = Statement(
     "DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash AND seq = :seq"
 )
 DELETE_KEY = Statement("DELETE FROM prunestore_keys WHERE session_id = :sid AND key = :key")
-UNDO_COLUMNS = ("kind", "seq", "key", "content_hash", "base", "verdict", "support", "kept_refs", "turn")
-INSERT_UNDO = Statement(
-    f"INSERT INTO prunestore_undo (session_id, since_seq, n, {', '.join(UNDO_COLUMNS)}) "
-    f"VALUES (:sid, :since, :n, {', '.join(':' + c for c in UNDO_COLUMNS)})"
-)
 
 # -- values in and out of rows ------------------------------------------
 
@@ -287,6 +282,7 @@ class SessionRows:
             "eff_refs": join_keys(state.refs),
             "base": state.base,
             "verdict": state.verdict,
+            "undo": None,
         }
 
     def write_back(
@@ -298,21 +294,23 @@ class SessionRows:
         holders_removed: list[tuple[bytes, int]],
         current_turn: int,
         last_seq: int,
-        journal: list[dict] | None = None,
+        journal: str | None = None,
     ) -> None:
         """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
 
-        `journal` holds the undo rows of an append (see `undo.journal_rows`).
+        `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message.
         """
         with self.driver.pipeline():
-            self._write_back(new, changed, keys, holders_added, holders_removed, current_turn, last_seq)
-            if journal:
-                self.driver.run_many(INSERT_UNDO, journal)
+            self._write_back(new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal)
 
-    def _write_back(self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq) -> None:
+    def _write_back(
+        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal=None
+    ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         if new:
-            run_many(INSERT_MESSAGE, [self.message_params(s) for s in new])
+            rows = [self.message_params(s) for s in new]
+            rows[0]["undo"] = journal
+            run_many(INSERT_MESSAGE, rows)
         if changed:
             run_many(
                 UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed]

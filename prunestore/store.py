@@ -54,7 +54,7 @@ from .storage import (
     stored_message,
 )
 from .text import count_tokens
-from .undo import apply_undo, journal_rows, last_append_at_or_before, read_undo
+from .undo import CLEAR_JOURNAL, apply_undo, journal_entry, last_append_at_or_before, read_undo
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
@@ -110,7 +110,7 @@ _PUT_SETTING = Statement(
 )
 _DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_undo")
+    for table in ("prunestore_keys", "prunestore_hash_holders")
 ]
 _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
@@ -126,7 +126,7 @@ _TAIL = Statement(
     "ORDER BY seq"
 )
 _DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
-_COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name != "session_id")
+_COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
 _COPY_PREFIX = Statement(
     f"INSERT INTO prunestore_messages (session_id, {_COPIED_COLUMNS}) "
     f"SELECT :new_sid, {_COPIED_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq <= :cut"
@@ -335,7 +335,7 @@ class PruneStore:
             holders_removed,
             current_turn=maintainer.current_turn,
             last_seq=maintainer.last_seq,
-            journal=journal_rows(row.session_id, row.last_seq + 1, row.current_turn, changed, keys, holders_removed),
+            journal=journal_entry(row.current_turn, changed, keys, holders_removed),
         )
         added, removed = maintainer.delta()
         return Delta(tuple(added), tuple(removed))
@@ -396,6 +396,7 @@ class PruneStore:
         expected = expected_state(stored, policy)
         for statement in _DELETE_DERIVED:
             driver.run(statement, {"sid": row.session_id})
+        driver.run(CLEAR_JOURNAL, {"sid": row.session_id})  # what it recorded no longer matches the state
         keys_and_hash = [
             {
                 "sid": row.session_id,

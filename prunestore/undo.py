@@ -1,57 +1,57 @@
 """The undo journal: what each append overwrote, replayed backwards by `PruneStore.truncate`.
 
-An append writes one "append" row (the session's turn before it) and one row per
-value it overwrote: a stored message's base and verdict, a key's row (or that
-the key was new), a surviving holder it removed. Taking back every append from
-seq `since` on then costs what those appends wrote, not the session's length.
-`rebuild` and `fork` write derived state without a journal and clear it; a cut
-before the oldest journaled append is recomputed as a batch instead.
+Each append stores, in the ``undo`` column of its first message row (written
+anyway, so the journal costs an append no extra page), compact JSON with the
+session's turn before it and the values it overwrote: a stored message's base
+and verdict, a key's row or that the key was new, a surviving holder it
+removed. Taking back every append from seq `since` on then costs what those
+appends wrote, not the session's length. `rebuild` and `fork` write derived
+state without a journal and clear it; a cut before the oldest journaled
+append is recomputed as a batch instead.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
-from .storage import DELETE_KEY, INSERT_HOLDER, UNDO_COLUMNS, UPDATE_VERDICT, UPSERT_KEY
+from .storage import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
-__all__ = ["journal_rows", "Undo", "last_append_at_or_before", "read_undo", "apply_undo"]
+__all__ = ["journal_entry", "Undo", "last_append_at_or_before", "read_undo", "apply_undo", "CLEAR_JOURNAL"]
 
+# Walks back along the primary key from `seq` to the first message of its append.
 _LAST_APPEND = Statement(
-    "SELECT since_seq, turn FROM prunestore_undo WHERE session_id = :sid AND since_seq <= :seq AND n = 0 "
-    "ORDER BY since_seq DESC LIMIT 1"
+    "SELECT seq, undo FROM prunestore_messages WHERE session_id = :sid AND seq <= :seq AND undo IS NOT NULL "
+    "ORDER BY seq DESC LIMIT 1"
 )
 _ENTRIES_SINCE = Statement(
-    "SELECT kind, seq, key, content_hash, base, verdict, support, kept_refs FROM prunestore_undo "
-    "WHERE session_id = :sid AND since_seq >= :since ORDER BY since_seq, n"
+    "SELECT undo FROM prunestore_messages WHERE session_id = :sid AND seq >= :since AND undo IS NOT NULL ORDER BY seq"
 )
-_DELETE_SINCE = Statement("DELETE FROM prunestore_undo WHERE session_id = :sid AND since_seq >= :since")
+CLEAR_JOURNAL = Statement("UPDATE prunestore_messages SET undo = NULL WHERE session_id = :sid AND undo IS NOT NULL")
 
 
-def journal_rows(
-    sid: int,
-    since: int,
+def journal_entry(
     turn_before: int,
     changed: Iterable[MsgState],
     keys: Iterable[KeyState],
     holders_removed: Iterable[tuple[bytes, int]],
-) -> list[dict]:
-    """The undo rows of one append whose first new message got seq `since`."""
-    rows: list[tuple] = [("append", None, None, None, None, None, None, None, turn_before)]
+) -> str:
+    """The undo entry of one append: ``[turn before, messages, keys, holders]`` as JSON.
+
+    Messages are ``[seq, base, verdict]``, keys ``[key, definer, support,
+    kept_refs]`` (or ``[key]`` for a key the append created), holders
+    ``[content hash as hex, seq]``.
+    """
+    messages = []
     for state in changed:
         assert state.original is not None, "a changed stored message was loaded through the identity map"
-        rows.append(("message", state.seq, None, None, *state.original, None, None, None))
-    for ks in keys:
-        definer, support, kept = ks.original if ks.original is not None else (None, None, None)
-        rows.append(("key", definer, ks.key, None, None, None, support, kept, None))
-    rows.extend(
-        ("holder", seq, None, content_hash, None, None, None, None, None) for content_hash, seq in holders_removed
-    )
-    return [
-        {"sid": sid, "since": since, "n": n, **dict(zip(UNDO_COLUMNS, row, strict=True))} for n, row in enumerate(rows)
-    ]
+        messages.append([state.seq, *state.original])
+    key_rows = [[ks.key, *ks.original] if ks.original is not None else [ks.key] for ks in keys]
+    holders = [[content_hash.hex(), seq] for content_hash, seq in holders_removed]
+    return json.dumps([turn_before, messages, key_rows, holders], separators=(",", ":"))
 
 
 @dataclass
@@ -61,45 +61,39 @@ class Undo:
     since: int
     turn: int
     verdicts: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> (base, verdict)
-    keys: dict[str, tuple[int | None, int | None, int | None]] = field(default_factory=dict)
+    keys: dict[str, tuple[int | None, int, int] | None] = field(default_factory=dict)  # None: the key was new
     holders: list[tuple[bytes, int]] = field(default_factory=list)
 
 
 def last_append_at_or_before(driver: Driver, sid: int, seq: int) -> tuple[int, int] | None:
     """(since, turn before) of the journaled append that wrote `seq`, or None when it is not journaled."""
     row = driver.first(_LAST_APPEND, {"sid": sid, "seq": seq})
-    return (row[0], row[1]) if row else None
+    return (row[0], json.loads(row[1])[0]) if row else None
 
 
 def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
     """Fold the journal from `since` on into one value per message, key and holder (the oldest wins)."""
     undo = Undo(since, turn)
-    for kind, seq, key, content_hash, base, verdict, support, kept in driver.all(
-        _ENTRIES_SINCE, {"sid": sid, "since": since}
-    ):
-        if kind == "message" and seq < since:
-            undo.verdicts.setdefault(seq, (base, verdict))
-        elif kind == "key":
-            undo.keys.setdefault(key, (seq, support, kept))
-        elif kind == "holder" and seq < since:
-            undo.holders.append((bytes(content_hash), seq))
+    for (entry,) in driver.all(_ENTRIES_SINCE, {"sid": sid, "since": since}):
+        _, messages, keys, holders = json.loads(entry)
+        for seq, base, verdict in messages:
+            if seq < since:  # rows from `since` on are deleted anyway
+                undo.verdicts.setdefault(seq, (base, verdict))
+        for key, *values in keys:
+            undo.keys.setdefault(key, (values[0], values[1], values[2]) if values else None)
+        undo.holders.extend((bytes.fromhex(h), seq) for h, seq in holders if seq < since)
     return undo
 
 
 def apply_undo(driver: Driver, sid: int, undo: Undo) -> None:
-    """Write the folded values back and drop the journal they came from.
-
-    Rows of messages from `since` on are the caller's to delete.
-    """
+    """Write the folded values back. Rows of messages from `since` on (and their journal) are the caller's to delete."""
     verdicts = [{"sid": sid, "seq": seq, "base": b, "verdict": v} for seq, (b, v) in undo.verdicts.items()]
     driver.run_many(UPDATE_VERDICT, verdicts)
-    gone = [{"sid": sid, "key": key} for key, (_, support, _) in undo.keys.items() if support is None]
-    driver.run_many(DELETE_KEY, gone)
+    driver.run_many(DELETE_KEY, [{"sid": sid, "key": key} for key, old in undo.keys.items() if old is None])
     kept = [
-        {"sid": sid, "key": key, "definer_seq": definer, "support": support, "kept_refs": refs}
-        for key, (definer, support, refs) in undo.keys.items()
-        if support is not None
+        {"sid": sid, "key": key, "definer_seq": old[0], "support": old[1], "kept_refs": old[2]}
+        for key, old in undo.keys.items()
+        if old is not None
     ]
     driver.run_many(UPSERT_KEY, kept)
     driver.run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in undo.holders])
-    driver.run(_DELETE_SINCE, {"sid": sid, "since": undo.since})
