@@ -10,9 +10,10 @@ hand-overs between copies are common.
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import strategies as st
 
-from prunestore import Message
+from prunestore import Message, Policy
 
 KEYS = ["k1", "k2", "k3", "k4", "k5", "k6"]
 TOOL_KEYS = ["search", "sql", "fs"]
@@ -98,3 +99,11 @@ def batches(draw, messages: list[Message]):
         out.append(messages[i : i + size])
         i += size
     return out
+
+
+# The restore modes and dedupe settings every property test runs under.
+POLICIES = [
+    pytest.param(Policy(), id="transitive"),
+    pytest.param(Policy(restore="direct"), id="direct"),
+    pytest.param(Policy(dedupe_roles={"retrieved_doc", "tool_output"}), id="dedupe-tools"),
+]

@@ -11,19 +11,14 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from helpers import batches, sessions
+from helpers import POLICIES, batches, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prunestore import Message, Policy, prune
+from prunestore import Message, prune
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
 
-POLICIES = [
-    pytest.param(Policy(), id="transitive"),
-    pytest.param(Policy(restore="direct"), id="direct"),
-    pytest.param(Policy(dedupe_roles={"retrieved_doc", "tool_output"}), id="dedupe-tools"),
-]
 _names = itertools.count()
 
 

@@ -10,7 +10,7 @@ import itertools
 
 import pytest
 import sqlalchemy as sa
-from helpers import batches, sessions
+from helpers import POLICIES, batches, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -28,11 +28,6 @@ from prunestore.schema import metadata
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
 
-POLICIES = [
-    pytest.param(Policy(), id="transitive"),
-    pytest.param(Policy(restore="direct"), id="direct"),
-    pytest.param(Policy(dedupe_roles={"retrieved_doc", "tool_output"}), id="dedupe-tools"),
-]
 _names = itertools.count()
 
 

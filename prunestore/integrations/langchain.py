@@ -66,7 +66,7 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
         store = self._blocking()
         for attempt in range(2):
             if self._continuation is None:
-                self._continuation = _continuation(_stored(store, self.session))
+                self._continuation = Continuation.after(_stored(store, self.session))
             try:
                 store.append(self.session, self._convert(messages))
                 return
@@ -85,7 +85,7 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
                     stored = await self.store.messages(self.session)
                 except SessionNotFoundError:
                     stored = []
-                self._continuation = _continuation(stored)
+                self._continuation = Continuation.after(stored)
             try:
                 await self.store.append(self.session, self._convert(messages))
                 return
@@ -141,7 +141,3 @@ def _stored(store: PruneStore, session: str) -> list:
         return store.messages(session)
     except SessionNotFoundError:
         return []
-
-
-def _continuation(stored: Sequence) -> Continuation:
-    return Continuation.after(stored)
