@@ -2,7 +2,9 @@
 
 `verify` compares it with what is stored; `rebuild` writes it. Deriving it
 from `prune` (and not from the incremental code) is what makes the check
-independent.
+independent. The first append to an empty session is decided the same way
+(`FirstAppend`): with nothing stored, a batch is cheaper than one message at
+a time, and later appends are still checked against `prune` by the tests.
 """
 
 from __future__ import annotations
@@ -13,10 +15,10 @@ from dataclasses import dataclass
 
 from .incremental import KeyState, MsgState, new_state
 from .model import DUPLICATE, KEPT, Policy, StoredMessage
-from .prune import PruneResult, prune
+from .prune import Facts, PruneResult, passes, prune
 from .results import Mismatch
 
-__all__ = ["ExpectedState", "expected_state", "compare"]
+__all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "compare"]
 
 
 @dataclass
@@ -39,6 +41,12 @@ def expected_state(messages: Sequence[StoredMessage], policy: Policy) -> Expecte
         state.restored = result.verdicts[message.id] == "restored"
         states.append(state)
 
+    keys, holders = index_rows(states, policy)
+    return ExpectedState(result, states, keys, holders)
+
+
+def index_rows(states: Sequence[MsgState], policy: Policy) -> tuple[dict[str, KeyState], set[tuple[bytes, int]]]:
+    """The key rows and surviving-holder rows of a session whose states carry their final verdicts."""
     keys: dict[str, KeyState] = {}
     support: Counter[str] = Counter()
     kept_refs: Counter[str] = Counter()
@@ -52,9 +60,47 @@ def expected_state(messages: Sequence[StoredMessage], policy: Policy) -> Expecte
             kept_refs[key] += state.base == KEPT
     for key, ks in keys.items():
         ks.support, ks.kept_refs = support[key], kept_refs[key]
-
     holders = {(s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in (KEPT, DUPLICATE)}
-    return ExpectedState(result, states, keys, holders)
+    return keys, holders
+
+
+class FirstAppend:
+    """The first append to an empty session, decided as a batch: the passes once, then the index rows.
+
+    What it writes equals what `incremental.Maintainer` writes appending the
+    same messages one at a time (the incremental contract), at a fraction of
+    the cost: nothing is looked up, since nothing is stored yet. An import of
+    whole sessions takes this path. It has the maintainer's result interface.
+    """
+
+    def __init__(self, states: list[MsgState], policy: Policy, turn_before: int) -> None:
+        for seq, state in enumerate(states, 1):
+            state.seq = seq
+        self.new = states
+        self.last_seq = len(states)
+        self.current_turn = max([turn_before] + [s.message.turn for s in states if s.message is not None])
+        dedupe = policy.dedupe_roles
+        facts = [
+            Facts(s.tool_key, s.expires_after_turn, s.content_hash if s.role in dedupe else None, s.defines, s.refs)
+            for s in states
+        ]
+        base, restored = passes(facts, policy, self.current_turn)
+        for i, state in enumerate(states):
+            state.base, state.restored = base[i], i in restored
+        self._keys, self._holders = index_rows(states, policy)
+
+    def changed_messages(self) -> list[MsgState]:
+        return []  # nothing was stored before
+
+    def changed_keys(self) -> list[KeyState]:
+        """The keys to write: a key nothing defines or counts needs no row (an absent row means the same)."""
+        return [ks for ks in self._keys.values() if ks.definer is not None or ks.support or ks.kept_refs]
+
+    def hash_holder_changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
+        return sorted(self._holders), []
+
+    def delta(self) -> tuple[list[str], list[str]]:
+        return [s.id for s in self.new if s.live], []
 
 
 def compare(

@@ -19,12 +19,12 @@ from pathlib import Path
 
 from .incremental import MsgState, new_state
 from .jsonl import parse_line
-from .model import MESSAGE_FIELDS, Message, unchecked
+from .model import KEPT, Message, unchecked
 from .store import PruneStore
 
 __all__ = ["ImportSummary", "import_files"]
 
-Record = tuple  # (session, Message fields..., tokens, defines, refs, hash): plain values, cheap to pickle
+Record = tuple  # (session, Message fields as a dict, tokens, defines, refs, hash, metadata): cheap to pickle
 
 
 @dataclass(frozen=True)
@@ -42,36 +42,27 @@ def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[st
             continue
         session, message = parse_line(line, number, session_field=True)
         state = new_state(message, tokenizer(message.content))
+        fields = vars(message)  # the validated Message fields, exactly
         records.append(
-            (
-                session,
-                *(getattr(message, f) for f in MESSAGE_FIELDS),
-                state.tokens,
-                state.defines,
-                state.refs,
-                state.content_hash,
-                state.metadata_json,
-            )
+            (session, fields, state.tokens, state.defines, state.refs, state.content_hash, state.metadata_json)
         )
     return records
 
 
 def _state(record: Record) -> tuple[str, MsgState]:
     """Rebuild a record validated by the worker, without validating it again."""
-    session, *values = record
-    n = len(MESSAGE_FIELDS)
-    message = unchecked(Message, **dict(zip(MESSAGE_FIELDS, values[:n], strict=True)))
-    tokens, defines, refs, content_hash, metadata_json = values[n:]
+    session, fields, tokens, defines, refs, content_hash, metadata_json = record
+    message = unchecked(Message, fields)
     state = MsgState(
         0,
-        message.id,
-        message.role,
-        message.tool_key,
-        message.expires_after_turn,
+        fields["id"],
+        fields["role"],
+        fields["tool_key"],
+        fields["expires_after_turn"],
         defines,
         refs,
         content_hash,
-        "kept",
+        KEPT,
         False,
         message=message,
         tokens=tokens,

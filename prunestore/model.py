@@ -132,14 +132,15 @@ MESSAGE_FIELDS = tuple(f.name for f in fields(Message))
 M = TypeVar("M", bound=Message)
 
 
-def unchecked(cls: type[M], **values: Any) -> M:
+def unchecked(cls: type[M], values: dict[str, Any]) -> M:
     """A Message (or StoredMessage) from values validated before, skipping the checks.
 
     For rows read back and lines a worker validated: construction is the hot
-    part of reading thousands of them.
+    part of reading thousands of them. `values` becomes the instance's
+    attribute dict; it must hold every field.
     """
     message = object.__new__(cls)
-    message.__dict__.update(values)
+    object.__setattr__(message, "__dict__", values)
     return message
 
 

@@ -7,9 +7,10 @@ below is a direct transcription of SPEC section 3, with no cleverness.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import NamedTuple
 
 from .errors import DuplicateMessageError, InvalidMessageError, shorten
 from .model import (
@@ -26,7 +27,7 @@ from .model import (
 )
 from .text import count_tokens, normalize
 
-__all__ = ["PruneResult", "prune"]
+__all__ = ["Facts", "PruneResult", "passes", "prune"]
 
 
 @dataclass(frozen=True)
@@ -86,49 +87,24 @@ def prune(
     elif isinstance(current_turn, bool) or not isinstance(current_turn, int):
         raise InvalidMessageError(f"current_turn={shorten(current_turn)}: must be an int")
 
-    # Pass 1: superseded tool state. Only the last holder of a tool key survives.
-    last_holder = {m.tool_key: i for i, m in enumerate(ms) if m.tool_key is not None}
-    base: list[str | None] = [None] * len(ms)
-    for i, m in enumerate(ms):
-        if m.tool_key is not None and last_holder[m.tool_key] != i:
-            base[i] = SUPERSEDED
-
-    # Pass 1b: expiry, for what was not superseded.
-    for i, m in enumerate(ms):
-        if base[i] is None and m.expires_after_turn is not None and current_turn > m.expires_after_turn:
-            base[i] = EXPIRED
-
-    # Pass 2: duplicates, among the survivors of the first pass.
-    seen: set[str] = set()
-    for i, m in enumerate(ms):
-        if base[i] is None and m.role in policy.dedupe_roles:
-            text = normalize(m.content)
-            if text in seen:
-                base[i] = DUPLICATE
-            else:
-                seen.add(text)
-    kept = [b is None for b in base]
-
-    # Pass 3: restore the definers that live messages still depend on.
-    definer: dict[str, int] = {}
-    for i, m in enumerate(ms):
-        for key in effective_defines(m):
-            definer[key] = i
-    restored: set[int] = set()
-    pending = [key for i, m in enumerate(ms) if kept[i] for key in effective_refs(m)]
-    while pending:
-        d = definer.get(pending.pop())
-        if d is None or kept[d] or d in restored:
-            continue
-        restored.add(d)
-        if policy.transitive:
-            pending.extend(effective_refs(ms[d]))
+    facts = [
+        Facts(
+            m.tool_key,
+            m.expires_after_turn,
+            normalize(m.content) if m.role in policy.dedupe_roles else None,
+            effective_defines(m),
+            effective_refs(m),
+        )
+        for m in ms
+    ]
+    base, restored = passes(facts, policy, current_turn)
+    kept = [b == KEPT for b in base]
 
     verdicts: dict[str, str] = {}
     bases: dict[str, str] = {}
     for i, m in enumerate(ms):
-        bases[m.id] = base[i] or KEPT
-        verdicts[m.id] = RESTORED if i in restored else bases[m.id]
+        bases[m.id] = base[i]
+        verdicts[m.id] = RESTORED if i in restored else base[i]
     live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
     counts = Counter(verdicts.values())
     return PruneResult(
@@ -140,3 +116,59 @@ def prune(
         counts={v: counts.get(v, 0) for v in VERDICTS},
         tokenizer=tokenizer,
     )
+
+
+class Facts(NamedTuple):
+    """What the passes read of one message.
+
+    `text` is what duplicates are compared by (the normalized content, or
+    anything equal exactly when it is equal, such as its hash), or None when
+    the message's role is not deduplicated.
+    """
+
+    tool_key: str | None
+    expires_after_turn: int | None
+    text: Hashable | None
+    defines: Collection[str]  # effective keys: the fields plus the content markers
+    refs: Collection[str]
+
+
+def passes(facts: Sequence[Facts], policy: Policy, current_turn: int) -> tuple[list[str], set[int]]:
+    """The three passes over one session in append order: each message's base verdict, and the positions restored."""
+    # Pass 1: superseded tool state. Only the last holder of a tool key survives.
+    last_holder = {f.tool_key: i for i, f in enumerate(facts) if f.tool_key is not None}
+    base: list[str | None] = [None] * len(facts)
+    for i, f in enumerate(facts):
+        if f.tool_key is not None and last_holder[f.tool_key] != i:
+            base[i] = SUPERSEDED
+
+    # Pass 1b: expiry, for what was not superseded.
+    for i, f in enumerate(facts):
+        if base[i] is None and f.expires_after_turn is not None and current_turn > f.expires_after_turn:
+            base[i] = EXPIRED
+
+    # Pass 2: duplicates, among the survivors of the first pass.
+    seen: set[Hashable] = set()
+    for i, f in enumerate(facts):
+        if base[i] is None and f.text is not None:
+            if f.text in seen:
+                base[i] = DUPLICATE
+            else:
+                seen.add(f.text)
+    kept = [b is None for b in base]
+
+    # Pass 3: restore the definers that live messages still depend on.
+    definer: dict[str, int] = {}
+    for i, f in enumerate(facts):
+        for key in f.defines:
+            definer[key] = i
+    restored: set[int] = set()
+    pending = [key for i, f in enumerate(facts) if kept[i] for key in f.refs]
+    while pending:
+        d = definer.get(pending.pop())
+        if d is None or kept[d] or d in restored:
+            continue
+        restored.add(d)
+        if policy.transitive:
+            pending.extend(facts[d].refs)
+    return [b or KEPT for b in base], restored

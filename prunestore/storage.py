@@ -18,6 +18,9 @@ from .model import RESTORED, StoredMessage, unchecked
 
 __all__ = [
     "FULL_COLUMNS",
+    "MESSAGE_WIDTH",
+    "VERDICT_COLUMN",
+    "message_columns",
     "SessionRows",
     "SessionRow",
     "lock_session",
@@ -27,10 +30,30 @@ __all__ = [
 ]
 
 _STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict"
-FULL_COLUMNS = (
-    "seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
-    "defines, refs, metadata, tokens, base, verdict"
-)
+
+
+def message_columns(alias: str = "") -> str:
+    """The select list a `StoredMessage` is read from (`stored_message`), of `MESSAGE_WIDTH` columns.
+
+    Fields that are nearly always at their default (escaped content, a TTL,
+    the defines/refs fields, a base equal to the verdict) travel in one text
+    column, NULL when all are: reading thousands of rows costs about 0.1 µs a
+    column a row in the driver, which showed in `live()`. Keys cannot hold
+    "|", so it can separate them.
+    """
+    a = f"{alias}." if alias else ""
+    rare = (
+        f"CASE WHEN {a}content_escaped = 0 AND {a}expires_after_turn IS NULL AND {a}defines = '' AND {a}refs = '' "
+        f"AND {a}base = {a}verdict THEN NULL ELSE CAST({a}content_escaped AS TEXT) || '|' || "
+        f"COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
+        f"{a}defines || '|' || {a}refs || '|' || {a}base END"
+    )
+    return f"{a}seq, {a}id, {a}role, {a}content, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
+
+
+FULL_COLUMNS = message_columns()
+MESSAGE_WIDTH = 10  # columns in FULL_COLUMNS; derived columns selected after them start here
+VERDICT_COLUMN = 8
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, undo"
@@ -46,7 +69,7 @@ LOCK_SESSION_PG = Statement(
 )
 _WITH_IDS = (
     "SELECT s.session_id, s.current_turn, s.last_seq, "
-    + ", ".join("m." + c.strip() for c in FULL_COLUMNS.split(","))
+    + message_columns("m")
     + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
 )
@@ -135,27 +158,39 @@ def split_keys(text: str) -> tuple[str, ...]:
 
 
 def stored_message(row) -> StoredMessage:
-    """A `StoredMessage` from a row selected with the full column list.
+    """A `StoredMessage` from a row selected with `FULL_COLUMNS`.
 
     Rows were validated on the way in, so the checks are skipped: reads of
     thousands of rows are a hot path (`live` is called every turn).
     """
-    (seq, id_, role, content, escaped, turn, tool_key, expires, defines, refs, metadata, tokens, base, verdict) = row
+    seq, id_, role, content, turn, tool_key, metadata, tokens, verdict, rare = row
+    expires: int | None = None
+    defines: tuple[str, ...] = ()
+    refs: tuple[str, ...] = ()
+    base = verdict
+    if rare is not None:
+        escaped, ttl, defines_text, refs_text, base = rare.split("|")
+        if escaped != "0":
+            content = decode_content(content, int(escaped))
+        expires = int(ttl) if ttl else None
+        defines, refs = split_keys(defines_text), split_keys(refs_text)
     return unchecked(
         StoredMessage,
-        id=id_,
-        role=role,
-        content=decode_content(content, escaped) if escaped else content,
-        turn=turn,
-        tool_key=tool_key,
-        expires_after_turn=expires,
-        defines=tuple(defines.split()) if defines else (),
-        refs=tuple(refs.split()) if refs else (),
-        metadata=json.loads(metadata) if metadata is not None else None,
-        seq=seq,
-        verdict=verdict,
-        tokens=tokens,
-        base=base,
+        {
+            "id": id_,
+            "role": role,
+            "content": content,
+            "turn": turn,
+            "tool_key": tool_key,
+            "expires_after_turn": expires,
+            "defines": defines,
+            "refs": refs,
+            "metadata": json.loads(metadata) if metadata is not None else None,
+            "seq": seq,
+            "verdict": verdict,
+            "tokens": tokens,
+            "base": base,
+        },
     )
 
 
@@ -259,31 +294,32 @@ class SessionRows:
         params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
         return self.driver.scalar(FIRST_HOLDER_AFTER, params)
 
-    def message_params(self, state: MsgState) -> dict:
+    def message_row(self, state: MsgState, journal: str | None = None) -> tuple:
+        """The values of `INSERT_MESSAGE`, in its column order."""
         m = state.message
         assert m is not None
         content, escaped = encode_content(m.content, self.escape_nul)
-        return {
-            "session_id": self.sid,
-            "seq": state.seq,
-            "id": m.id,
-            "role": m.role,
-            "content": content,
-            "content_escaped": escaped,
-            "turn": m.turn,
-            "tool_key": m.tool_key,
-            "expires_after_turn": m.expires_after_turn,
-            "defines": join_keys(m.defines),
-            "refs": join_keys(m.refs),
-            "metadata": state.metadata_json,
-            "tokens": state.tokens,
-            "content_hash": state.content_hash,
-            "eff_defines": join_keys(state.defines),
-            "eff_refs": join_keys(state.refs),
-            "base": state.base,
-            "verdict": state.verdict,
-            "undo": None,
-        }
+        return (
+            self.sid,
+            state.seq,
+            m.id,
+            m.role,
+            content,
+            escaped,
+            m.turn,
+            m.tool_key,
+            m.expires_after_turn,
+            join_keys(m.defines),
+            join_keys(m.refs),
+            state.metadata_json,
+            state.tokens,
+            state.content_hash,
+            join_keys(state.defines),
+            join_keys(state.refs),
+            state.base,
+            state.verdict,
+            journal,
+        )
 
     def write_back(
         self,
@@ -308,9 +344,8 @@ class SessionRows:
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         if new:
-            rows = [self.message_params(s) for s in new]
-            rows[0]["undo"] = journal
-            run_many(INSERT_MESSAGE, rows)
+            row = self.message_row
+            run_many(INSERT_MESSAGE, [row(new[0], journal)] + [row(s) for s in new[1:]])
         if changed:
             run_many(
                 UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed]

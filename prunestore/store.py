@@ -7,7 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from sqlalchemy.engine import Engine
 
 from . import db
-from .audit import compare, expected_state
+from .audit import FirstAppend, compare, expected_state
 from .driver import Driver, Statement
 from .errors import (
     DatabaseError,
@@ -43,7 +43,9 @@ from .storage import (
     DELETE_HOLDER,
     FULL_COLUMNS,
     INSERT_SESSION,
+    MESSAGE_WIDTH,
     UPDATE_SESSION,
+    VERDICT_COLUMN,
     SessionRow,
     SessionRows,
     find_session,
@@ -322,9 +324,13 @@ class PruneStore:
             fresh.append(state)
         if not fresh:
             return Delta()
-        maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
-        for state in fresh:
-            maintainer.append(state)
+        maintainer: Maintainer | FirstAppend
+        if row.last_seq == 0:
+            maintainer = FirstAppend(fresh, self.policy, row.current_turn)
+        else:
+            maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
+            for state in fresh:
+                maintainer.append(state)
         changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
         holders_added, holders_removed = maintainer.hash_holder_changes()
         rows.write_back(
@@ -392,7 +398,7 @@ class PruneStore:
     def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
         """Rewrite every derived row and column of the session from its messages."""
         rows = driver.all(_AUDIT, {"sid": row.session_id})
-        stored = [stored_message(r[:14]) for r in rows]
+        stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
         expected = expected_state(stored, policy)
         for statement in _DELETE_DERIVED:
             driver.run(statement, {"sid": row.session_id})
@@ -406,7 +412,8 @@ class PruneStore:
                 "eff_refs": join_keys(s.refs),
             }
             for s, r in zip(expected.states, rows, strict=True)
-            if (bytes(r[14]), r[15], r[16]) != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
+            if (bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2])
+            != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
         ]
         driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
         changed = [
@@ -460,12 +467,14 @@ class PruneStore:
             undo = read_undo(driver, sid, *journaled)
             tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
             touched = list(undo.verdicts)
-            before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [r[:2] + r[13:14] for r in tail]
+            before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
+                (r[0], r[1], r[VERDICT_COLUMN]) for r in tail
+            ]
             apply_undo(driver, sid, undo)
             driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
             driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
             driver.run(UPDATE_SESSION, {"sid": sid, "turn": undo.turn, "last_seq": undo.since - 1})
-            kept = [stored_message(r[:14]) for r in tail if r[0] <= cut]
+            kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
             if kept:
                 self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
             after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
@@ -546,7 +555,7 @@ class PruneStore:
             found = driver.first(_ONE, {"sid": sid, "id": message_id})
             if found is None:
                 raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
-            message, content_hash = stored_message(found[:14]), bytes(found[14])
+            message, content_hash = stored_message(found[:MESSAGE_WIDTH]), bytes(found[MESSAGE_WIDTH])
             superseded_by = duplicate_of = None
             if message.base == SUPERSEDED:
                 params = {"sid": sid, "tool_key": message.tool_key, "seq": message.seq}
@@ -621,13 +630,13 @@ class PruneStore:
             for name in self._names(driver, session):
                 row = self._session(driver, name)
                 rows = driver.all(_AUDIT, {"sid": row.session_id})
-                stored = [stored_message(r[:14]) for r in rows]
+                stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
                 mismatches.extend(
                     compare(
                         name,
                         (row.current_turn, row.last_seq),
                         stored,
-                        [(bytes(r[14]), r[15], r[16]) for r in rows],
+                        [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
                         driver.all(_KEY_ROWS, {"sid": row.session_id}),
                         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
                         self.policy,

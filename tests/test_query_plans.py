@@ -26,7 +26,8 @@ def recorded(monkeypatch):
 
     def record_many(self, statement, rows):
         if rows:
-            seen.setdefault(statement.text, (statement, dict(rows[0])))
+            first = rows[0]
+            seen.setdefault(statement.text, (statement, first if isinstance(first, tuple) else dict(first)))
         return run_many(self, statement, rows)
 
     monkeypatch.setattr(Driver, "_run", record_run)
