@@ -103,8 +103,8 @@ class AsyncPruneStore:
     async def live(self, session: str) -> list[StoredMessage]:
         return await self._call(PruneStore.live, session)
 
-    async def messages(self, session: str) -> list[StoredMessage]:
-        return await self._call(PruneStore.messages, session)
+    async def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
+        return await self._call(PruneStore.messages, session, ids)
 
     async def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
         return await self._call(PruneStore.render, session, format, dropped=dropped)

@@ -330,13 +330,14 @@ def live(ctx: click.Context, session: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("session")
+@click.option("--id", "ids", multiple=True, metavar="ID", help="Only the message with this id (repeatable).")
 @_json_option
 @click.pass_context
 @_fail_cleanly
-def messages(ctx: click.Context, session: str, as_json: bool) -> None:
-    """Every message of SESSION with its verdict."""
+def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bool) -> None:
+    """Every message of SESSION with its verdict (or only those given with --id)."""
     with _open(ctx) as store:
-        _print_messages(store.messages(session), as_json)
+        _print_messages(store.messages(session, ids=ids or None), as_json)
 
 
 @main.command()

@@ -44,6 +44,7 @@ from .storage import (
     FULL_COLUMNS,
     INSERT_SESSION,
     MESSAGE_WIDTH,
+    MESSAGES_BY_ID,
     UPDATE_SESSION,
     VERDICT_COLUMN,
     SessionRow,
@@ -163,6 +164,16 @@ def _as_batch(messages: Message | Iterable[Message]) -> list[Message]:
         if not isinstance(m, Message):
             raise InvalidMessageError(f"messages: expected Message, got {type(m).__name__} {shorten(m)}")
     return batch
+
+
+def _check_ids(ids: object) -> list[str]:
+    """Message ids as a list without repeats; a lone string is refused (it would be read as its characters)."""
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise InvalidMessageError(f"ids={shorten(ids)}: must be an iterable of message ids, not a single string")
+    wanted = list(ids)
+    for message_id in wanted:
+        check_identifier("ids", message_id)
+    return list(dict.fromkeys(wanted))
 
 
 def _differing_fields(a: Message, b: Message) -> list[str]:
@@ -527,11 +538,25 @@ class PruneStore:
             row = self._session(driver, session)
             return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
 
-    def messages(self, session: str) -> list[StoredMessage]:
-        """Every message of the session with its verdict, in append order."""
+    def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
+        """Every message of the session with its verdict, in append order; with `ids`, only those.
+
+        `messages(session, ids=delta.live_added)` is what a client that keeps
+        its prompt up to date from each append's `Delta` lacks: the new live
+        messages, and old ones brought back (it may have dropped them). It
+        reads those rows only, so the turn costs the same at any length.
+        """
+        wanted = None if ids is None else _check_ids(ids)
         with db.transaction(self.engine, f"read session {session!r}") as driver:
-            row = self._session(driver, session)
-            return [stored_message(r) for r in driver.all(_ALL, {"sid": row.session_id})]
+            sid = self._session(driver, session).session_id
+            if wanted is None:
+                return [stored_message(r) for r in driver.all(_ALL, {"sid": sid})]
+            found = [stored_message(r) for r in driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", wanted)]
+        missing = set(wanted).difference(m.id for m in found)
+        if missing:
+            first = next(i for i in wanted if i in missing)
+            raise MessageNotFoundError(f"ids: message id={shorten(first)} is not in session {session!r}")
+        return sorted(found, key=lambda m: m.seq)
 
     def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
         """The session's live history as a prompt the provider accepts: see `prunestore.formats.render`.

@@ -69,6 +69,8 @@ def test_import_then_read_everything_back(cli):
         "name": "account_status",
     }
     stored = json.loads(cli("messages", "support-7", "--json"))
+    picked = json.loads(cli("messages", "support-7", "--id", stored[2]["id"], "--id", stored[0]["id"], "--json"))
+    assert picked == [stored[0], stored[2]]
     assert {m["id"]: m["verdict"] for m in stored}["d2"] == "duplicate"
     why = json.loads(cli("explain", "support-7", "t1", "--json"))
     assert why["verdict"] == "superseded" and why["superseded_by"] == "t2"

@@ -181,6 +181,8 @@ def test_hostile_arguments_to_every_other_call(fuzz_store, session, message_id, 
     calls = [
         (store.live, session),
         (store.messages, session),
+        (store.messages, "s", message_id),
+        (store.messages, "s", [message_id]),
         (store.stats, session),
         (store.verify, session),
         (store.explain, session, message_id),

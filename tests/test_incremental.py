@@ -33,6 +33,7 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
     session = f"s{next(_names)}"
     appended: list[Message] = []
     client: set[str] = set()  # a client that only applies deltas
+    prompt: dict[str, Message] = {}  # a client that keeps its prompt from deltas and messages(ids=...)
     for batch in data.draw(batches(ms)):
         delta = store.append(session, batch)
         appended.extend(batch)
@@ -49,7 +50,14 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
         assert not (set(delta.live_added) - new_ids) & client
         client = (client | set(delta.live_added)) - set(delta.live_removed)
         assert client == {m.id for m in expected.live}
-        assert [m.id for m in store.live(session)] == [m.id for m in expected.live]
+        live = store.live(session)
+        assert [m.id for m in live] == [m.id for m in expected.live]
+
+        for message_id in delta.live_removed:
+            del prompt[message_id]
+        prompt.update((m.id, m.to_message()) for m in store.messages(session, ids=delta.live_added))
+        order = {m.id: i for i, m in enumerate(appended)}
+        assert sorted(prompt.values(), key=lambda m: order[m.id]) == [m.to_message() for m in live]
     if ms:
         report = store.verify(session)
         assert report.ok, report.mismatches

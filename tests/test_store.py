@@ -146,6 +146,26 @@ def test_reads_of_unknown_sessions_and_messages(store):
         store.explain("nope", "a")
 
 
+def test_messages_by_id(store):
+    store.append("s", [M("a", "user", "x", 0), M("b", "tool_output", "y", 0, tool_key="t"), M("c", "user", "z", 1)])
+    store.append("s", M("d", "tool_output", "w", 2, tool_key="t"))
+    assert [m.id for m in store.messages("s", ids=["d", "a", "b", "a"])] == ["a", "b", "d"]  # append order, once
+    picked = {m.id: m for m in store.messages("s", ids=("b", "d"))}
+    assert picked == {m.id: m for m in store.messages("s") if m.id in ("b", "d")}
+    assert picked["b"].verdict == "superseded"
+    assert store.messages("s", ids=[]) == []
+    before = store.messages("s")
+    with pytest.raises(MessageNotFoundError, match="id='zz'"):
+        store.messages("s", ids=["a", "zz"])
+    with pytest.raises(InvalidMessageError, match="ids='ab'"):
+        store.messages("s", ids="ab")  # a lone string would be read as the ids 'a' and 'b'
+    with pytest.raises(InvalidMessageError, match="ids="):
+        store.messages("s", ids=["a", 7])
+    with pytest.raises(SessionNotFoundError):
+        store.messages("nope", ids=["a"])
+    assert store.messages("s") == before
+
+
 def test_explain_gives_each_cause(store):
     store.append("chat", csv_session())
     sup = store.explain("chat", "ls1")
