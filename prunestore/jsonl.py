@@ -17,7 +17,10 @@ from .model import MESSAGE_FIELDS, Message
 
 __all__ = ["parse_line", "read_lines", "to_json"]
 
-_REQUIRED = ("id", "role", "content", "turn")
+_REQUIRED_IN_ORDER = ("id", "role", "content", "turn")
+_REQUIRED = frozenset(_REQUIRED_IN_ORDER)
+_KNOWN = frozenset(MESSAGE_FIELDS)
+_LISTS = frozenset({"defines", "refs"})
 
 
 def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | None, Message]:
@@ -33,14 +36,14 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
     session = data.pop("session", None)
     if session_field and (not isinstance(session, str) or not session):
         raise InvalidMessageError(f"line {number}: session={shorten(session)}: a non-empty string is required")
-    unknown = sorted(set(data) - set(MESSAGE_FIELDS))
+    unknown = data.keys() - _KNOWN
     if unknown:
-        raise InvalidMessageError(f"line {number}: unknown field {unknown[0]!r}")
-    missing = [f for f in _REQUIRED if f not in data]
-    if missing:
-        raise InvalidMessageError(f"line {number}: missing field {missing[0]!r}")
-    for name in ("defines", "refs"):
-        if isinstance(data.get(name), list):
+        raise InvalidMessageError(f"line {number}: unknown field {sorted(unknown)[0]!r}")
+    if not _REQUIRED <= data.keys():
+        missing = next(f for f in _REQUIRED_IN_ORDER if f not in data)
+        raise InvalidMessageError(f"line {number}: missing field {missing!r}")
+    for name in _LISTS.intersection(data):
+        if isinstance(data[name], list):
             data[name] = tuple(data[name])
     try:
         return session, Message(**data)

@@ -237,10 +237,17 @@ def test_an_interrupted_import_resumes(tmp_path):
         except sa.exc.OperationalError:
             continue
         if stored > 5000:
+            workers = _children(child.pid)
             os.kill(child.pid, signal.SIGKILL)
             break
     child.wait()
     assert 0 < stored < len(lines), "the import was not interrupted part way"
+    if Path("/proc").is_dir():  # the parsing workers must not outlive a killed import
+        assert workers, "no worker processes found"
+        deadline = time.monotonic() + 10
+        while any(map(_running, workers)) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(map(_running, workers)), "orphaned import workers"
     with engine.connect() as conn:
         partial = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
     assert partial % 500 == 0  # whole batches only: each transaction holds 500 lines of 7 sessions
@@ -250,6 +257,27 @@ def test_an_interrupted_import_resumes(tmp_path):
     with PruneStore(url) as store:
         assert sum(len(store.messages(s)) for s in store.sessions()) == len(lines)
         assert store.verify().ok
+
+
+def _children(pid: int) -> list[int]:
+    """Processes whose parent is `pid` (Linux /proc; empty elsewhere)."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            found.append(int(stat.parent.name))
+    return found
+
+
+def _running(pid: int) -> bool:
+    """Whether the process exists and is not a zombie (a container's init may not reap orphans)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 def test_demo_on_small_sizes(cli):
