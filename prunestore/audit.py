@@ -12,10 +12,11 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from operator import attrgetter
 
 from .incremental import KeyState, MsgState, new_state
 from .model import DUPLICATE, KEPT, Policy, StoredMessage
-from .prune import Facts, PruneResult, passes, prune
+from .prune import PruneResult, passes, prune
 from .results import Mismatch
 
 __all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "compare"]
@@ -79,12 +80,14 @@ class FirstAppend:
         self.new = states
         self.last_seq = len(states)
         self.current_turn = max([turn_before] + [s.message.turn for s in states if s.message is not None])
-        dedupe = policy.dedupe_roles
-        facts = [
-            Facts(s.tool_key, s.expires_after_turn, s.content_hash if s.role in dedupe else None, s.defines, s.refs)
-            for s in states
-        ]
-        base, restored = passes(facts, policy, self.current_turn)
+        base, restored = passes(
+            states,
+            policy,
+            self.current_turn,
+            text=attrgetter("content_hash"),
+            defines=attrgetter("defines"),
+            refs=attrgetter("refs"),
+        )
         for i, state in enumerate(states):
             state.base, state.restored = base[i], i in restored
         self._keys, self._holders = index_rows(states, policy)

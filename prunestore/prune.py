@@ -10,7 +10,7 @@ from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import NamedTuple
+from typing import Protocol, TypeVar
 
 from .errors import DuplicateMessageError, InvalidMessageError, shorten
 from .model import (
@@ -27,7 +27,9 @@ from .model import (
 )
 from .text import count_tokens, normalize
 
-__all__ = ["Facts", "PruneResult", "passes", "prune"]
+P = TypeVar("P", bound="Passable")
+
+__all__ = ["PruneResult", "passes", "prune"]
 
 
 @dataclass(frozen=True)
@@ -87,17 +89,9 @@ def prune(
     elif isinstance(current_turn, bool) or not isinstance(current_turn, int):
         raise InvalidMessageError(f"current_turn={shorten(current_turn)}: must be an int")
 
-    facts = [
-        Facts(
-            m.tool_key,
-            m.expires_after_turn,
-            normalize(m.content) if m.role in policy.dedupe_roles else None,
-            effective_defines(m),
-            effective_refs(m),
-        )
-        for m in ms
-    ]
-    base, restored = passes(facts, policy, current_turn)
+    base, restored = passes(
+        ms, policy, current_turn, text=lambda m: normalize(m.content), defines=effective_defines, refs=effective_refs
+    )
     kept = [b == KEPT for b in base]
 
     verdicts: dict[str, str] = {}
@@ -118,57 +112,69 @@ def prune(
     )
 
 
-class Facts(NamedTuple):
-    """What the passes read of one message.
+class Passable(Protocol):
+    """What the passes read of a message directly (`Message` and the store's `MsgState` both have it)."""
 
-    `text` is what duplicates are compared by (the normalized content, or
-    anything equal exactly when it is equal, such as its hash), or None when
-    the message's role is not deduplicated.
+    @property
+    def role(self) -> str: ...
+
+    @property
+    def tool_key(self) -> str | None: ...
+
+    @property
+    def expires_after_turn(self) -> int | None: ...
+
+
+def passes(
+    ms: Sequence[P],
+    policy: Policy,
+    current_turn: int,
+    *,
+    text: Callable[[P], Hashable],
+    defines: Callable[[P], Collection[str]],
+    refs: Callable[[P], Collection[str]],
+) -> tuple[list[str], set[int]]:
+    """The three passes over one session in append order: each message's base verdict, and the positions restored.
+
+    `text` gives what duplicates are compared by (the normalized content, or
+    anything equal exactly when it is, such as its hash); `defines` and `refs`
+    give a message's effective keys. Each is asked only where a pass needs it.
     """
-
-    tool_key: str | None
-    expires_after_turn: int | None
-    text: Hashable | None
-    defines: Collection[str]  # effective keys: the fields plus the content markers
-    refs: Collection[str]
-
-
-def passes(facts: Sequence[Facts], policy: Policy, current_turn: int) -> tuple[list[str], set[int]]:
-    """The three passes over one session in append order: each message's base verdict, and the positions restored."""
     # Pass 1: superseded tool state. Only the last holder of a tool key survives.
-    last_holder = {f.tool_key: i for i, f in enumerate(facts) if f.tool_key is not None}
-    base: list[str | None] = [None] * len(facts)
-    for i, f in enumerate(facts):
-        if f.tool_key is not None and last_holder[f.tool_key] != i:
+    last_holder = {m.tool_key: i for i, m in enumerate(ms) if m.tool_key is not None}
+    base: list[str | None] = [None] * len(ms)
+    for i, m in enumerate(ms):
+        if m.tool_key is not None and last_holder[m.tool_key] != i:
             base[i] = SUPERSEDED
 
     # Pass 1b: expiry, for what was not superseded.
-    for i, f in enumerate(facts):
-        if base[i] is None and f.expires_after_turn is not None and current_turn > f.expires_after_turn:
+    for i, m in enumerate(ms):
+        if base[i] is None and m.expires_after_turn is not None and current_turn > m.expires_after_turn:
             base[i] = EXPIRED
 
     # Pass 2: duplicates, among the survivors of the first pass.
     seen: set[Hashable] = set()
-    for i, f in enumerate(facts):
-        if base[i] is None and f.text is not None:
-            if f.text in seen:
+    for i, m in enumerate(ms):
+        if base[i] is None and m.role in policy.dedupe_roles:
+            key = text(m)
+            if key in seen:
                 base[i] = DUPLICATE
             else:
-                seen.add(f.text)
+                seen.add(key)
     kept = [b is None for b in base]
 
     # Pass 3: restore the definers that live messages still depend on.
     definer: dict[str, int] = {}
-    for i, f in enumerate(facts):
-        for key in f.defines:
+    for i, m in enumerate(ms):
+        for key in defines(m):
             definer[key] = i
     restored: set[int] = set()
-    pending = [key for i, f in enumerate(facts) if kept[i] for key in f.refs]
+    pending = [key for i, m in enumerate(ms) if kept[i] for key in refs(m)]
     while pending:
         d = definer.get(pending.pop())
         if d is None or kept[d] or d in restored:
             continue
         restored.add(d)
         if policy.transitive:
-            pending.extend(facts[d].refs)
+            pending.extend(refs(ms[d]))
     return [b or KEPT for b in base], restored
