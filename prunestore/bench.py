@@ -2,8 +2,9 @@
 
 For a tool-agent conversation, at each measured length, the cost of one turn:
 
-* ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL),
-  which is all a client that patches its prompt from the returned `Delta` pays;
+* ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL);
+* ``incremental_patch``: the same append, then keeping a client's prompt up to
+  date from the returned `Delta` (`messages(ids=delta.live_added)`);
 * ``incremental_live``: the same append, then `PruneStore.live` to read the whole prompt back;
 * ``batch``: keep the full history in memory and rerun `prune` over all of it;
 * ``sql_batch``: store the turn in a SQL chat-history table (JSON rows, as
@@ -23,7 +24,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from .jsonl import parse_line, to_json
-from .model import Message
+from .model import Message, StoredMessage
 from .prune import prune
 from .store import PruneStore
 from .workloads import generate
@@ -36,7 +37,14 @@ WINDOW = 5  # turns measured at each length
 def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, float]]:
     turns = generate("agent", max(sizes), seed)
     measured = {t for n in sizes for t in range(max(1, n - WINDOW + 1), n + 1)}
-    costs: dict[str, dict[int, float]] = {"incremental": {}, "incremental_live": {}, "batch": {}, "sql_batch": {}}
+    costs: dict[str, dict[int, float]] = {
+        "incremental": {},
+        "incremental_patch": {},
+        "incremental_live": {},
+        "batch": {},
+        "sql_batch": {},
+    }
+    prompt: dict[str, StoredMessage] = {}  # the client's copy, kept from the deltas
     with tempfile.TemporaryDirectory() as tmp:
         store = PruneStore(f"sqlite:///{Path(tmp) / 'prunestore.db'}")
         history_db = sa.create_engine(f"sqlite:///{Path(tmp) / 'history.db'}")
@@ -55,11 +63,19 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, fl
                 timed = turn in measured
 
                 start = time.perf_counter()
-                store.append("bench", messages)
+                delta = store.append("bench", messages)
+                appended = time.perf_counter() - start
+                for message_id in delta.live_removed:
+                    del prompt[message_id]
+                prompt.update((m.id, m) for m in store.messages("bench", ids=delta.live_added))
+                patched = time.perf_counter() - start
                 if timed:
-                    costs["incremental"][turn] = time.perf_counter() - start
-                    store.live("bench")
-                    costs["incremental_live"][turn] = time.perf_counter() - start
+                    start = time.perf_counter()
+                    live = store.live("bench")
+                    costs["incremental_live"][turn] = appended + time.perf_counter() - start
+                    costs["incremental"][turn], costs["incremental_patch"][turn] = appended, patched
+                    if sorted(prompt) != sorted(m.id for m in live):
+                        raise AssertionError(f"turn {turn}: the prompt kept from deltas differs from live()")
 
                 history.extend(messages)
                 if timed:

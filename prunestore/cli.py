@@ -560,7 +560,11 @@ def demo(ctx: click.Context, sizes: str, seed: int, as_json: bool) -> None:
 @click.pass_context
 @_fail_cleanly
 def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> None:
-    """Per-turn cost: incremental append against rerunning a batch prune (with and without a SQL read)."""
+    """Per-turn cost: incremental append against rerunning a batch prune (with and without a SQL read).
+
+    The append is shown alone, with a client's prompt kept from its delta, and
+    with the whole prompt read back.
+    """
     from .bench import compare_per_turn, draw
 
     result = compare_per_turn(_sizes(turns))
@@ -571,6 +575,7 @@ def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> N
             [
                 "turns",
                 "append ms",
+                "append+patch ms",
                 "append+live ms",
                 "batch rerun ms",
                 "SQL read+rerun ms",
@@ -581,6 +586,7 @@ def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> N
                 (
                     r["turns"],
                     f"{r['incremental_ms']:.2f}",
+                    f"{r['incremental_patch_ms']:.2f}",
                     f"{r['incremental_live_ms']:.2f}",
                     f"{r['batch_ms']:.2f}",
                     f"{r['sql_batch_ms']:.2f}",

@@ -296,7 +296,11 @@ def test_bench_prints_side_by_side(tmp_path):
     assert result.exit_code == 0, result.output
     rows = json.loads(result.output)
     assert [r["turns"] for r in rows] == [5, 20]
-    assert all(r[k] > 0 for r in rows for k in ("incremental_ms", "incremental_live_ms", "batch_ms", "sql_batch_ms"))
+    assert all(
+        r[k] > 0
+        for r in rows
+        for k in ("incremental_ms", "incremental_patch_ms", "incremental_live_ms", "batch_ms", "sql_batch_ms")
+    )
 
 
 def test_version():
