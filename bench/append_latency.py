@@ -25,7 +25,7 @@ import time
 import uuid
 from pathlib import Path
 
-from prunestore import Message, PruneStore
+from prunestore import Message, PruneStore, db
 
 
 class AgentTraffic:
@@ -88,9 +88,7 @@ def measure(url: str, sizes: list[int], samples: int) -> list[tuple[int, float, 
         for start in range(0, size, 1000):
             store.append(session, traffic.batch(min(1000, size - start)))
         print(f"  built {size:,} messages", flush=True)
-    if store.engine.dialect.name == "postgresql":
-        with store.engine.begin() as conn:
-            conn.exec_driver_sql("ANALYZE prunestore_messages, prunestore_keys, prunestore_hash_holders")
+    db.analyze(store.engine)  # PostgreSQL plans from statistics: as a maintained database has them
     timings: dict[int, list[float]] = {size: [] for size in sizes}
     for _ in range(samples):
         for size, (session, traffic) in sessions.items():  # interleaved: one append per size in turn

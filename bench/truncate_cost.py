@@ -27,7 +27,7 @@ from pathlib import Path
 
 from append_latency import AgentTraffic
 
-from prunestore import PruneStore
+from prunestore import PruneStore, db
 
 CUT = 10
 
@@ -44,6 +44,7 @@ def measure(store: PruneStore, sizes: list[int], samples: int) -> dict[int, tupl
         sessions[size] = (name, anchor, traffic.batch(CUT))
         store.append(name, sessions[size][2])
         print(f"  built {size:,} messages", flush=True)
+    db.analyze(store.engine)  # PostgreSQL plans from statistics: as a maintained database has them
     timings: dict[int, dict[str, list[float]]] = {size: {"journal": [], "batch": []} for size in sizes}
     for sample in range(samples):
         for size, (name, anchor, tail) in sessions.items():  # interleaved, so noise falls on every size alike

@@ -459,6 +459,19 @@ def db_downgrade(ctx: click.Context, revision: str) -> None:
     _schema(ctx, lambda engine: db.downgrade(engine, revision))
 
 
+@db_group.command("analyze")
+@click.pass_context
+@_fail_cleanly
+def db_analyze(ctx: click.Context) -> None:
+    """Refresh PostgreSQL's planner statistics of the prunestore tables (after bulk loads; a no-op on SQLite)."""
+    engine = db.make_engine(ctx.find_root().obj)
+    try:
+        db.analyze(engine)
+    finally:
+        engine.dispose()
+    click.echo("statistics refreshed" if engine.dialect.name == "postgresql" else "nothing to do on SQLite")
+
+
 @db_group.command("current")
 @click.pass_context
 @_fail_cleanly

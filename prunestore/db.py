@@ -196,12 +196,30 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         if revision == "head" and current_revision(conn) == head_revision():
             return
         command.upgrade(_alembic_config(conn), revision)
-        if conn.dialect.name == "postgresql":
-            # Fresh tables have no statistics; without them the planner may scan.
-            tables = [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore_")]
-            conn.exec_driver_sql("ANALYZE " + ", ".join(tables))
+        _analyze(conn)  # fresh tables have no statistics; without them the planner may scan
 
     _migrate(engine, f"upgrade to {revision}", run)
+
+
+def analyze(engine: Engine) -> None:
+    """Refresh PostgreSQL's planner statistics of the prunestore tables (a no-op on SQLite).
+
+    A session created since the last ANALYZE is estimated at about one row,
+    and then PostgreSQL may answer a statement on a range or list of seqs
+    through the (session, id) index, reading the whole session (measured: a
+    truncate at 100,000 messages took 129 ms instead of 5). Autovacuum's
+    autoanalyze keeps the statistics fresh where it is on; after a bulk load,
+    or where it is off, call this (``prunestore db analyze``).
+    """
+    with connection(engine, "analyze the tables", write=True) as conn:
+        _analyze(conn)
+
+
+def _analyze(conn: Connection) -> None:
+    if conn.dialect.name == "postgresql":
+        tables = [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore_")]
+        if tables:
+            conn.exec_driver_sql("ANALYZE " + ", ".join(tables))
 
 
 def downgrade(engine: Engine, revision: str) -> None:

@@ -21,6 +21,7 @@ from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from . import db
 from .incremental import MsgState, new_state
 from .jsonl import parse_line
 from .model import KEPT, Message, unchecked
@@ -118,6 +119,7 @@ def import_files(
                 count += _append(store, pending.popleft().result(), sessions)
         while pending:
             count += _append(store, pending.popleft().result(), sessions)
+    db.analyze(store.engine)  # a bulk load leaves PostgreSQL's statistics behind (see `db.analyze`)
     return ImportSummary(count, len(sessions))
 
 

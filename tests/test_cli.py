@@ -58,6 +58,33 @@ def test_db_upgrade_current_downgrade(cli, store_url):
     assert "at revision base" in cli("db", "current")
 
 
+def test_import_and_db_analyze_refresh_planner_statistics(cli, store_url):
+    """PostgreSQL plans from statistics; a bulk import (and `db analyze`) brings them up to date."""
+    cli("import", str(EXAMPLE))
+    if not store_url.startswith("postgresql"):
+        assert "nothing to do" in cli("db", "analyze")
+        return
+    engine = sa.create_engine(store_url)
+
+    def estimated_and_actual_rows() -> tuple[float, int]:
+        with engine.connect() as conn:
+            estimated = conn.execute(
+                sa.text("SELECT reltuples FROM pg_class WHERE oid = 'prunestore_messages'::regclass")
+            )
+            return estimated.scalar(), conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+
+    try:
+        estimated, actual = estimated_and_actual_rows()
+        assert actual == 12 and estimated == actual  # the import analyzed what it loaded
+        with PruneStore(store_url) as store:
+            store.append("more", [Message(f"m{i}", "user", f"text {i}", 0) for i in range(30)])
+        assert estimated_and_actual_rows() == (12, 42)  # appends leave the statistics alone
+        assert "statistics refreshed" in cli("db", "analyze")
+        assert estimated_and_actual_rows() == (42, 42)
+    finally:
+        engine.dispose()
+
+
 def test_import_then_read_everything_back(cli):
     summary = json.loads(cli("import", str(EXAMPLE), "--json"))
     assert summary["messages"] == 12 and summary["sessions"] == 2
