@@ -16,6 +16,7 @@ from typing import Any
 
 from . import db
 from .formats import Rendered
+from .livecache import DEFAULT_LIVE_CACHE_BYTES, check_cache_bytes
 from .model import Message, Policy, StoredMessage
 from .results import Delta, Explanation, Stats, VerifyReport
 from .store import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, PruneStore
@@ -41,10 +42,12 @@ class AsyncPruneStore:
         tokenizer: Callable[[str], int] = count_tokens,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
     ) -> None:
+        check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
         self.engine = db.make_async_engine(self.url)
-        self._options = (policy, tokenizer, max_content_bytes, max_metadata_bytes)
+        self._options = (policy, tokenizer, max_content_bytes, max_metadata_bytes, live_cache_bytes)
         self._store: PruneStore | None = None
         self._opening = asyncio.Lock()
 

@@ -5,7 +5,8 @@ For a tool-agent conversation, at each measured length, the cost of one turn:
 * ``incremental``: `PruneStore.append` of the turn's messages (SQLite file, WAL);
 * ``incremental_patch``: the same append, then keeping a client's prompt up to
   date from the returned `Delta` (`messages(ids=delta.live_added)`);
-* ``incremental_live``: the same append, then `PruneStore.live` to read the whole prompt back;
+* ``incremental_live``: the same append, then `PruneStore.live` for the whole prompt (served from
+  the store's live cache: it reads the rows the append wrote, not the session);
 * ``batch``: keep the full history in memory and rerun `prune` over all of it;
 * ``sql_batch``: store the turn in a SQL chat-history table (JSON rows, as
   LangChain's SQL chat history does), read the whole history back, rerun `prune`.

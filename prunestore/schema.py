@@ -30,6 +30,8 @@ SESSIONS = sa.Table(
     sa.Column("name", sa.Text, nullable=False, unique=True),
     sa.Column("current_turn", sa.BigInteger, nullable=False),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
+    # A new random value on every write to the session; NULL until its first write after 0003.
+    sa.Column("stamp", sa.BigInteger),
 )
 
 MESSAGES = sa.Table(

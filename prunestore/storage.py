@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Iterable
 
 from .driver import Driver, Statement
@@ -26,6 +27,9 @@ __all__ = [
     "lock_session",
     "lock_session_for_append",
     "find_session",
+    "create_session",
+    "update_session",
+    "new_stamp",
     "stored_message",
 ]
 
@@ -63,12 +67,14 @@ _MESSAGE_COLUMNS = (
 # The session row holds the current turn and last seq: on PostgreSQL a writer that
 # waited for the row lock re-reads the locked row's newest version, while a
 # subquery in the same statement would still see the snapshot from before the wait.
-SELECT_SESSION = Statement("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name")
+SELECT_SESSION = Statement(
+    "SELECT session_id, current_turn, last_seq, stamp FROM prunestore_sessions WHERE name = :name"
+)
 LOCK_SESSION_PG = Statement(
-    "SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :name FOR UPDATE"
+    "SELECT session_id, current_turn, last_seq, stamp FROM prunestore_sessions WHERE name = :name FOR UPDATE"
 )
 _WITH_IDS = (
-    "SELECT s.session_id, s.current_turn, s.last_seq, "
+    "SELECT s.session_id, s.current_turn, s.last_seq, s.stamp, "
     + message_columns("m")
     + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
@@ -87,11 +93,12 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
     + " FOR UPDATE OF s"
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
-INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (name, current_turn, last_seq) VALUES (:name, 0, 0) ON CONFLICT (name) DO NOTHING"
+_INSERT_SESSION = Statement(
+    "INSERT INTO prunestore_sessions (name, current_turn, last_seq, stamp) VALUES (:name, 0, 0, :stamp) "
+    "ON CONFLICT (name) DO NOTHING"
 )
-UPDATE_SESSION = Statement(
-    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq WHERE session_id = :sid"
+_UPDATE_SESSION = Statement(
+    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -214,14 +221,36 @@ def _state(row) -> MsgState:
 
 
 class SessionRow:
-    """The session's key, current turn and last seq, as read under its lock."""
+    """The session's key, current turn, last seq and change stamp, as read (under its lock, for writers)."""
 
-    __slots__ = ("session_id", "current_turn", "last_seq")
+    __slots__ = ("session_id", "current_turn", "last_seq", "stamp")
 
-    def __init__(self, session_id: int, current_turn: int, last_seq: int) -> None:
+    def __init__(self, session_id: int, current_turn: int, last_seq: int, stamp: int | None) -> None:
         self.session_id = session_id
         self.current_turn = current_turn
         self.last_seq = last_seq
+        self.stamp = stamp
+
+
+def new_stamp() -> int:
+    """A session's next change stamp: random, so no two states of a session share one.
+
+    A counter would repeat after a truncate, or after a deleted session's name
+    and key are used again; 63 random bits fit both backends' BIGINT.
+    """
+    return secrets.randbits(63)
+
+
+def create_session(driver: Driver, name: str) -> None:
+    driver.run(_INSERT_SESSION, {"name": name, "stamp": new_stamp()})
+
+
+def update_session(driver: Driver, session: SessionRow, current_turn: int, last_seq: int) -> None:
+    """Write the session's turn and last seq, with a new stamp: every write to a session ends here."""
+    stamp = new_stamp()
+    params = {"sid": session.session_id, "turn": current_turn, "last_seq": last_seq, "stamp": stamp}
+    driver.run(_UPDATE_SESSION, params)
+    session.current_turn, session.last_seq, session.stamp = current_turn, last_seq, stamp
 
 
 def find_session(driver: Driver, name: str) -> SessionRow | None:
@@ -251,17 +280,17 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
         rows = driver.all(select, {"name": name, "ids": ids[start : start + 500] or [""]})
         if not rows:
             break
-        row = SessionRow(*rows[0][:3])
+        row = SessionRow(*rows[0][:4])
         if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
             found = {
                 m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids))
             }
             break
         found.update(
-            (m.id, m) for m in (stored_message(r[3:-1] if driver.postgres else r[3:]) for r in rows if r[3] is not None)
+            (m.id, m) for m in (stored_message(r[4:-1] if driver.postgres else r[4:]) for r in rows if r[4] is not None)
         )
     if row is None:
-        driver.run(INSERT_SESSION, {"name": name})
+        create_session(driver, name)
         row = lock_session(driver, name)
         assert row is not None
     return row, found
@@ -272,6 +301,7 @@ class SessionRows:
 
     def __init__(self, driver: Driver, session: SessionRow) -> None:
         self.driver = driver
+        self.session = session
         self.sid = session.session_id
         self.escape_nul = driver.postgres
 
@@ -362,4 +392,4 @@ class SessionRows:
             run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        self.driver.run(UPDATE_SESSION, {"sid": sid, "turn": current_turn, "last_seq": last_seq})
+        update_session(self.driver, self.session, current_turn, last_seq)

@@ -23,6 +23,7 @@ from .errors import (
 )
 from .formats import Rendered, render
 from .incremental import Maintainer, MsgState, new_state
+from .livecache import DEFAULT_LIVE_CACHE_BYTES, Entry, LiveCache, check_cache_bytes
 from .model import (
     DUPLICATE,
     EXPIRED,
@@ -42,19 +43,19 @@ from .schema import MESSAGES
 from .storage import (
     DELETE_HOLDER,
     FULL_COLUMNS,
-    INSERT_SESSION,
     MESSAGE_WIDTH,
     MESSAGES_BY_ID,
-    UPDATE_SESSION,
     VERDICT_COLUMN,
     SessionRow,
     SessionRows,
+    create_session,
     find_session,
     join_keys,
     lock_session,
     lock_session_for_append,
     split_keys,
     stored_message,
+    update_session,
 )
 from .text import count_tokens
 from .undo import CLEAR_JOURNAL, apply_undo, journal_entry, last_append_at_or_before, read_undo
@@ -74,6 +75,10 @@ _ATTEMPTS = 3
 _LIVE = Statement(
     f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
     "AND verdict IN ('kept', 'restored') ORDER BY seq"
+)
+_LIVE_BY_SEQ = Statement(
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
+    "AND seq IN :seqs AND verdict IN ('kept', 'restored')"
 )
 _ALL = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 _AUDIT = Statement(
@@ -140,6 +145,10 @@ _DELETE_SESSION = _DELETE_DERIVED + [
 ]
 
 
+# A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote.
+_Write = tuple[str, int, "int | None", int, list[int]]
+
+
 def _check_session_name(session: object) -> str:
     if not isinstance(session, str) or not session:
         raise InvalidMessageError(f"session={shorten(session)}: must be a non-empty string")
@@ -195,11 +204,13 @@ class PruneStore:
         tokenizer: Callable[[str], int] = count_tokens,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
+        live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
     ) -> None:
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
+        check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
-        self._open(db.make_engine(self.url), policy, tokenizer, max_content_bytes, max_metadata_bytes)
+        self._open(db.make_engine(self.url), policy, tokenizer, max_content_bytes, max_metadata_bytes, live_cache_bytes)
 
     @classmethod
     def _over(cls, engine: Engine, url: str, policy: Policy | None, *options) -> PruneStore:
@@ -218,11 +229,13 @@ class PruneStore:
         tokenizer: Callable[[str], int],
         max_content_bytes: int,
         max_metadata_bytes: int,
+        live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_content_bytes = max_content_bytes
         self.max_metadata_bytes = max_metadata_bytes
+        self.live_cache = LiveCache(live_cache_bytes)
         try:
             db.ensure_schema(self.engine)
             self.policy = self._settle_policy(policy)
@@ -298,20 +311,30 @@ class PruneStore:
             return deltas
         action = f"append to session {work[0][0]!r}" + (f" and {len(work) - 1} more" if len(work) > 1 else "")
         for attempt in range(_ATTEMPTS):
+            writes: list[_Write] = []
             try:
                 with db.transaction(self.engine, action, write=True) as driver:
                     for name, states in work:
-                        deltas[name] = self._append_locked(driver, name, states)
-                return deltas
+                        deltas[name] = self._append_locked(driver, name, states, writes)
             except DatabaseError as exc:
                 if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
                     raise
+                continue
+            for write in writes:  # committed: move this store's cached live lists forward
+                self.live_cache.advance(*write)
+            return deltas
         raise AssertionError("unreachable")
 
-    def _append_locked(self, driver: Driver, name: str, states: list[MsgState]) -> Delta:
-        """Lock one session, skip retries, check turns, run the maintainer and write back."""
+    def _append_locked(
+        self, driver: Driver, name: str, states: list[MsgState], writes: list[_Write] | None = None
+    ) -> Delta:
+        """Lock one session, skip retries, check turns, run the maintainer and write back.
+
+        What it wrote is added to `writes`, for the live cache once the transaction commits.
+        """
         batch = [s.message for s in states if s.message is not None]
         row, stored = lock_session_for_append(driver, name, list({s.id: None for s in states}))
+        before = row.stamp
         rows = SessionRows(driver, row)
         fresh: list[MsgState] = []
         seen: dict[str, Message] = {}
@@ -354,6 +377,10 @@ class PruneStore:
             last_seq=maintainer.last_seq,
             journal=journal_entry(row.current_turn, changed, keys, holders_removed),
         )
+        if writes is not None and self.live_cache.max_bytes:
+            seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
+            assert row.stamp is not None  # write_back set it
+            writes.append((name, row.session_id, before, row.stamp, seqs))
         added, removed = maintainer.delta()
         return Delta(tuple(added), tuple(removed))
 
@@ -449,6 +476,7 @@ class PruneStore:
                 raise SessionNotFoundError(f"session={shorten(name)}: no such session")
             for statement in _DELETE_SESSION:
                 driver.run(statement, {"sid": row.session_id})
+        self.live_cache.forget(name)
 
     def truncate(self, session: str, after_message_id: str) -> Delta:
         """Drop every message after `after_message_id` and give the session back the state it had then.
@@ -484,7 +512,7 @@ class PruneStore:
             apply_undo(driver, sid, undo)
             driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
             driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
-            driver.run(UPDATE_SESSION, {"sid": sid, "turn": undo.turn, "last_seq": undo.since - 1})
+            update_session(driver, row, undo.turn, undo.since - 1)
             kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
             if kept:
                 self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
@@ -505,7 +533,7 @@ class PruneStore:
             cut = self._seq_of(driver, row, "at_message_id", at_message_id)
             if find_session(driver, new) is not None:
                 raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
-            driver.run(INSERT_SESSION, {"name": new})
+            create_session(driver, new)
             new_row = lock_session(driver, new)
             assert new_row is not None
             driver.run(_COPY_PREFIX, {"new_sid": new_row.session_id, "sid": row.session_id, "cut": cut})
@@ -533,10 +561,31 @@ class PruneStore:
         return [session]
 
     def live(self, session: str) -> list[StoredMessage]:
-        """The live messages, in append order: what goes into the prompt."""
-        with db.transaction(self.engine, f"read session {session!r}") as driver:
+        """The live messages, in append order: what goes into the prompt.
+
+        The list is kept in memory (`PruneStore(live_cache_bytes=...)`, see
+        `prunestore.livecache`): a call after this store's own append reads
+        the session's row and the rows that append changed, not the session.
+        """
+        if not self.live_cache.max_bytes:
+            with db.transaction(self.engine, f"read session {session!r}") as driver:
+                row = self._session(driver, session)
+                return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
+        # One snapshot, so that the rows read belong to the stamp read.
+        with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
-            return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
+            if row.stamp is None:  # not written since revision 0003: nothing to check an entry against
+                return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
+            entry = self.live_cache.get(session, row)
+            if entry is None:
+                entry, messages = Entry.read(row.session_id, row.stamp, driver.all(_LIVE, {"sid": row.session_id}))
+                self.live_cache.put(session, entry)
+                return messages
+            if entry.pending:
+                fresh = driver.chunks(_LIVE_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending))
+                entry = entry.patched(fresh)
+                self.live_cache.put(session, entry)
+        return entry.messages()
 
     def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
         """Every message of the session with its verdict, in append order; with `ids`, only those.

@@ -86,7 +86,9 @@ def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe:
         spec = draw(message_specs(profile, tool_roles_can_dedupe))
         turn += draw(st.sampled_from([0, 0, 1, 1, 2]))
         ttl = spec.pop("ttl")
-        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=None if ttl is None else turn + ttl, **spec))
+        expires = None if ttl is None else turn + ttl
+        metadata = draw(st.sampled_from([None, None, {"n": i}]))  # stores keep a metadata dict apart per read
+        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, **spec))
     return out
 
 

@@ -67,6 +67,19 @@ def test_truncate_statements_use_indexes(store, recorded):
     assert_plans_use_indexes(store, recorded, at_least=6)
 
 
+def test_a_cached_live_read_uses_indexes(store, recorded):
+    """After the store's own append, `live()` reads the session row and the rows the append wrote."""
+    for turn in range(20):
+        store.append(
+            "s", [M(f"u{turn}", "user", f"q {turn}", turn), M(f"t{turn}", "tool_output", "r", turn, tool_key="x")]
+        )
+    store.live("s")
+    store.append("s", M("t20", "tool_output", "r2", 20, tool_key="x"))
+    recorded.clear()
+    store.live("s")
+    assert_plans_use_indexes(store, recorded, at_least=2)
+
+
 def assert_plans_use_indexes(store, recorded, at_least: int) -> None:
     statements = [
         (s, p) for text, (s, p) in recorded.items() if not text.startswith(("INSERT", "UPDATE prunestore_sessions"))

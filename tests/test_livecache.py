@@ -1,0 +1,181 @@
+"""The live cache: `live()` from memory must always be what a cold read of the database gives.
+
+Store `a` keeps its cache; other stores write behind its back (appends,
+truncates, rebuilds, a deleted and re-created session), and after every step
+`a.live()` must equal the batch oracle and, field by field, the live messages
+of an uncached read.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+import pytest
+import sqlalchemy as sa
+from helpers import POLICIES, batches, sessions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prunestore import Message, PruneStore, PruneStoreError, prune, workloads
+
+_names = itertools.count()
+_FULL_READ = "ORDER BY seq"  # of the live-row reads, only the cold read of a whole list sorts in SQL
+
+
+@pytest.fixture
+def stores(open_store, policy):
+    """Store `a` and `b` with the live cache, and `cold` without it; opened once for all examples."""
+    return open_store(policy), open_store(policy), open_store(policy, live_cache_bytes=0)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_live_follows_writes_by_itself_and_by_others(stores, policy, data):
+    a, b, cold = stores
+    session = f"s{next(_names)}"
+    appended: list[Message] = []
+    for batch in data.draw(batches(data.draw(sessions(max_size=20)))):
+        writer = data.draw(st.sampled_from([a, a, b]))
+        step = data.draw(st.sampled_from(["append"] * 4 + ["truncate", "rebuild", "recreate"]))
+        if step == "truncate" and appended:
+            cut = data.draw(st.integers(0, len(appended) - 1))
+            writer.truncate(session, appended[cut].id)
+            del appended[cut + 1 :]
+        elif step == "rebuild" and appended:
+            writer.rebuild(session)
+        elif step == "recreate" and appended:
+            writer.delete_session(session)
+            appended = []
+        writer.append(session, batch)
+        appended.extend(batch)
+
+        expected = [m.id for m in prune(appended, policy=policy).live]
+        for _ in range(data.draw(st.integers(1, 2))):  # a second call takes the cached list as it is
+            live = a.live(session)
+            assert [m.id for m in live] == expected
+            assert live == cold.live(session) == [m for m in cold.messages(session) if m.live]
+
+
+def _agent(turns: int, seed: int = 3) -> list[list[Message]]:
+    return list(workloads.generate("agent", turns, seed=seed).by_turn())
+
+
+def test_a_read_after_its_own_append_reads_only_the_rows_the_append_wrote(tmp_path):
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with PruneStore(url) as store, PruneStore(url) as other:
+        statements: list[str] = []
+        sa.event.listen(store.engine, "connect", lambda dbapi, _record: dbapi.set_trace_callback(statements.append))
+        store.engine.dispose()
+        turns = _agent(40)
+        for turn in turns[:30]:
+            store.append("s", turn)
+
+        def reads() -> tuple[int, int]:
+            selects = [s for s in statements if s.startswith("SELECT") and "prunestore_messages" in s]
+            live_rows = [s for s in selects if "verdict IN ('kept', 'restored')" in s]
+            return sum(_FULL_READ in s for s in live_rows), sum(" seq IN " in s for s in live_rows)
+
+        statements.clear()
+        store.live("s")
+        assert reads() == (1, 0)
+        for turn in turns[30:35]:
+            statements.clear()
+            store.append("s", turn)
+            live = store.live("s")
+            assert reads() == (0, 1)
+            assert live == [m for m in store.messages("s") if m.live]
+        statements.clear()
+        assert store.live("s") == live  # nothing written since: no message row is read
+        assert reads() == (0, 0)
+
+        other.append("s", turns[35])
+        statements.clear()
+        assert store.live("s") == other.live("s")
+        assert reads() == (1, 0)
+
+
+def test_metadata_a_caller_edits_does_not_reach_the_next_call(store):
+    store.append("s", [Message(id="a", role="user", content="hello", turn=1, metadata={"tags": ["x"]})])
+    first = store.live("s")
+    first[0].metadata["tags"].append("edited")
+    first[0].metadata["new"] = 1
+    assert store.live("s")[0].metadata == {"tags": ["x"]}
+
+
+def test_the_cache_stays_within_its_bound_and_can_be_turned_off(open_store):
+    turns = _agent(30)
+    off = open_store(live_cache_bytes=0)
+    for name in ("s1", "s2", "s3"):
+        for turn in turns:
+            off.append(name, turn)
+    one = open_store()
+    one.live("s1")
+    bound = one.live_cache.size * 5 // 2  # room for two of the three (equal) sessions
+    bounded = open_store(live_cache_bytes=bound)
+    for name in ("s1", "s2", "s3", "s1"):
+        assert bounded.live(name) == off.live(name)
+        assert 0 < bounded.live_cache.size <= bound
+    assert len(bounded.live_cache) == 2  # the least recently read went first
+    bounded.live("s2")  # evicted: read again, and s3 goes instead
+    assert len(bounded.live_cache) == 2
+    tiny = open_store(live_cache_bytes=100)  # smaller than any session: read, never kept
+    assert tiny.live("s1") == off.live("s1")
+    assert len(tiny.live_cache) == 0 and len(off.live_cache) == 0
+
+
+@pytest.mark.parametrize("value", [-1, 1.5, "64MB", True, None])
+def test_a_bad_cache_size_is_refused(tmp_path, value):
+    with pytest.raises(PruneStoreError, match="live_cache_bytes"):
+        PruneStore(f"sqlite:///{tmp_path / 'store.db'}", live_cache_bytes=value)
+
+
+def test_a_session_without_a_stamp_is_read_uncached_until_its_next_write(store):
+    """Sessions written before revision 0003 have no stamp."""
+    turns = _agent(10)
+    for turn in turns[:-1]:
+        store.append("s", turn)
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE prunestore_sessions SET stamp = NULL"))
+    store.live_cache.forget()
+    expected = [m for m in store.messages("s") if m.live]
+    assert store.live("s") == expected and len(store.live_cache) == 0
+    store.append("s", turns[-1])
+    assert store.live("s") == [m for m in store.messages("s") if m.live]
+    assert len(store.live_cache) == 1
+
+
+@pytest.mark.parametrize("same_store", [True, False], ids=["own-writes", "other-writer"])
+def test_reads_racing_appends_see_one_committed_state(open_store, same_store):
+    """Each live list read while another thread appends is the live list after some prefix of the appends."""
+    reader = open_store()
+    writer = reader if same_store else open_store()
+    turns = _agent(25, seed=7)
+    messages = [m for turn in turns for m in turn]
+    states, done = {(): None}, [0]
+    for turn in turns:
+        done[0] += len(turn)
+        states[tuple(m.id for m in prune(messages[: done[0]]).live)] = None
+    seen, failures = [], []
+
+    def read() -> None:
+        while not stop.is_set():
+            try:
+                seen.append(tuple(m.id for m in reader.live("s")))
+            except PruneStoreError as exc:  # before the first append commits
+                if "no such session" not in str(exc):
+                    failures.append(exc)
+
+    stop = threading.Event()
+    thread = threading.Thread(target=read)
+    thread.start()
+    try:
+        for turn in turns:
+            writer.append("s", turn)
+    finally:
+        stop.set()
+        thread.join()
+    assert not failures
+    assert seen and all(ids in states for ids in seen)
+    assert reader.live("s") == [m for m in writer.messages("s") if m.live]
