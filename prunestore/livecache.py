@@ -24,6 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from operator import itemgetter
+from typing import cast
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
@@ -32,7 +33,7 @@ from .storage import SessionRow, stored_message
 __all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes"]
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
-_SEQ = itemgetter(0)
+_SEQ, _CONTENT, _METADATA = itemgetter(0), itemgetter(3), itemgetter(6)  # columns of FULL_COLUMNS
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
 
 
@@ -45,8 +46,12 @@ def check_cache_bytes(live_cache_bytes: object) -> None:
 
 def _size(rows: list[tuple]) -> int:
     """Roughly the bytes the rows take: their content and metadata text (columns 3 and 6), plus overhead."""
-    text = sum(map(len, map(itemgetter(3), rows))) + sum(map(len, filter(None, map(itemgetter(6), rows))))
+    text = sum(map(len, map(_CONTENT, rows))) + sum(map(len, filter(None, map(_METADATA, rows))))
     return text + len(rows) * _ROW_OVERHEAD
+
+
+def _with_metadata(rows: list[tuple]) -> int:
+    return len(rows) - list(map(_METADATA, rows)).count(None)
 
 
 def _shareable(message: StoredMessage) -> StoredMessage | None:
@@ -62,6 +67,7 @@ class Entry:
     rows: list[tuple]  # live rows as selected with `storage.FULL_COLUMNS`, in seq order
     shared: list[StoredMessage | None]  # the message of each row, where it can be shared
     size: int
+    unshared: int  # rows with metadata, whose messages are built per call
     pending: frozenset[int] = frozenset()
 
     @classmethod
@@ -69,7 +75,7 @@ class Entry:
         """An entry of freshly read rows, and the messages to return for them."""
         messages = [stored_message(r) for r in rows]
         shared = [m if m.metadata is None else None for m in messages]
-        return cls(sid, stamp, rows, shared, _size(rows)), messages
+        return cls(sid, stamp, rows, shared, _size(rows), _with_metadata(rows)), messages
 
     def patched(self, fresh: list[tuple]) -> Entry:
         """This entry with the pending seqs' rows replaced by `fresh` (their live rows, read at `stamp`).
@@ -79,13 +85,17 @@ class Entry:
         """
         rows, shared = self.rows, self.shared
         found = [i for i in (_position(rows, seq) for seq in sorted(self.pending)) if i >= 0]
-        size = self.size - _size([rows[i] for i in found]) + _size(fresh)
+        gone = [rows[i] for i in found]
+        size = self.size - _size(gone) + _size(fresh)
+        unshared = self.unshared - _with_metadata(gone) + _with_metadata(fresh)
         rows, shared = _without(rows, found), _without(shared, found)
         places = [(bisect_left(rows, r[0], key=_SEQ), r) for r in sorted(fresh)]  # rows sort by seq first
         messages = [(i, _shareable(stored_message(r))) for i, r in places]
-        return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
+        return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size, unshared)
 
     def messages(self) -> list[StoredMessage]:
+        if not self.unshared:  # no metadata dicts: a copy of the list, at C speed
+            return cast("list[StoredMessage]", self.shared[:])
         return [m if m is not None else stored_message(r) for r, m in zip(self.rows, self.shared, strict=True)]
 
 

@@ -17,7 +17,8 @@ from helpers import POLICIES, batches, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prunestore import Message, PruneStore, PruneStoreError, prune, workloads
+from prunestore import Message, PruneStore, PruneStoreError, livecache, prune, workloads
+from prunestore.livecache import LiveCache
 
 _names = itertools.count()
 _FULL_READ = "ORDER BY seq"  # of the live-row reads, only the cold read of a whole list sorts in SQL
@@ -56,6 +57,17 @@ def test_live_follows_writes_by_itself_and_by_others(stores, policy, data):
             live = a.live(session)
             assert [m.id for m in live] == expected
             assert live == cold.live(session) == [m for m in cold.messages(session) if m.live]
+            check_bookkeeping(a.live_cache)
+
+
+def check_bookkeeping(cache: LiveCache) -> None:
+    """What entries record of their rows (size, rows with metadata, seq order) is what the rows say."""
+    entries = list(cache._entries.values())
+    assert cache.size == sum(e.size for e in entries)
+    for entry in entries:
+        assert entry.size == livecache._size(entry.rows)
+        assert entry.unshared == sum(r[6] is not None for r in entry.rows) == entry.shared.count(None)
+        assert [r[0] for r in entry.rows] == sorted({r[0] for r in entry.rows})
 
 
 def _agent(turns: int, seed: int = 3) -> list[list[Message]]:
