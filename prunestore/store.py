@@ -146,7 +146,7 @@ _DELETE_SESSION = _DELETE_DERIVED + [
 
 
 # A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote.
-_Write = tuple[str, int, "int | None", int, list[int]]
+_Write = tuple[str, int, int | None, int, list[int]]
 
 
 def _check_session_name(session: object) -> str:
@@ -432,6 +432,7 @@ class PruneStore:
                 self._rebuild_session(driver, row, use)
         if policy is not None:
             self.policy = policy
+        self.live_cache.forget(session)  # their stamps changed: free the memory now
 
     def _rebuild_session(self, driver: Driver, row: SessionRow, policy: Policy) -> None:
         """Rewrite every derived row and column of the session from its messages."""
@@ -488,6 +489,7 @@ class PruneStore:
         The returned `Delta` moves a client's live set to the new one.
         """
         name = _check_session_name(session)
+        self.live_cache.forget(name)  # its stamp is about to change: free the memory
         with db.transaction(self.engine, f"truncate session {name!r}", write=True) as driver:
             row = lock_session(driver, name)
             if row is None:
@@ -567,14 +569,11 @@ class PruneStore:
         `prunestore.livecache`): a call after this store's own append reads
         the session's row and the rows that append changed, not the session.
         """
-        if not self.live_cache.max_bytes:
-            with db.transaction(self.engine, f"read session {session!r}") as driver:
-                row = self._session(driver, session)
-                return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
+        cached = self.live_cache.max_bytes > 0
         # One snapshot, so that the rows read belong to the stamp read.
-        with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
+        with db.transaction(self.engine, f"read session {session!r}", snapshot=cached) as driver:
             row = self._session(driver, session)
-            if row.stamp is None:  # not written since revision 0003: nothing to check an entry against
+            if not cached or row.stamp is None:  # no stamp: not written since revision 0003
                 return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
             entry = self.live_cache.get(session, row)
             if entry is None:
