@@ -1,7 +1,7 @@
 """The live lists a store has read, kept in memory and checked against each session's change stamp.
 
 A chatbot asks for the live list every turn. Read cold, 7,500 rows cost about
-25 ms on SQLite, most of it the driver making cells and Python making objects,
+20 ms on SQLite, most of it the driver making cells and Python making objects,
 and it grows with the session. Every write to a session sets a new random
 stamp on its row, in the transaction that writes (`storage.update_session`),
 so one read of that row tells whether a list read earlier is still the
@@ -74,7 +74,7 @@ class Entry:
     def read(cls, sid: int, stamp: int, rows: list[tuple]) -> tuple[Entry, list[StoredMessage]]:
         """An entry of freshly read rows, and the messages to return for them."""
         messages = [stored_message(r) for r in rows]
-        shared = [m if m.metadata is None else None for m in messages]
+        shared = list(map(_shareable, messages))
         return cls(sid, stamp, rows, shared, _size(rows), _with_metadata(rows)), messages
 
     def patched(self, fresh: list[tuple]) -> Entry:

@@ -253,7 +253,10 @@ def create_session(driver: Driver, name: str) -> None:
 
 
 def update_session(driver: Driver, session: SessionRow, current_turn: int, last_seq: int) -> None:
-    """Write the session's turn and last seq, with a new stamp: every write to a session ends here."""
+    """Write the session's turn and last seq with a new stamp, and record all three on `session`.
+
+    Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
+    """
     stamp = new_stamp()
     params = {"sid": session.session_id, "turn": current_turn, "last_seq": last_seq, "stamp": stamp}
     driver.run(_UPDATE_SESSION, params)
