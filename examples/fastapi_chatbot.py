@@ -17,7 +17,8 @@ import uuid
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
 from prunestore import AsyncPruneStore, SessionNotFoundError
@@ -62,6 +63,11 @@ async def lifespan(app: FastAPI):
 app = FastAPI(lifespan=lifespan)
 
 
+@app.exception_handler(SessionNotFoundError)
+async def no_such_session(request: Request, exc: SessionNotFoundError) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, status_code=404)
+
+
 @app.post("/sessions/{session}/messages")
 async def chat(session: str, message: UserMessage) -> Reply:
     store: AsyncPruneStore = app.state.store
@@ -97,7 +103,7 @@ async def chat(session: str, message: UserMessage) -> Reply:
 
 @app.get("/sessions/{session}/prompt")
 async def prompt(session: str) -> list[dict]:
-    """The prompt the next turn would send."""
+    """The prompt the next turn would send (404 for a session the store does not hold)."""
     return (await app.state.store.render(session, "openai")).messages
 
 

@@ -11,6 +11,7 @@ from .errors import (
     DuplicateMessageError,
     InvalidMessageError,
     InvalidPolicyError,
+    InvalidRevisionError,
     MessageNotFoundError,
     PolicyMismatchError,
     PruneStoreError,
@@ -58,5 +59,6 @@ __all__ = [
     "MessageNotFoundError",
     "SessionExistsError",
     "PolicyMismatchError",
+    "InvalidRevisionError",
     "DatabaseError",
 ]

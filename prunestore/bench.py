@@ -30,7 +30,7 @@ from .prune import prune
 from .store import PruneStore
 from .workloads import generate
 
-__all__ = ["compare_per_turn", "draw"]
+__all__ = ["compare_per_turn", "draw", "plotting"]
 
 WINDOW = 5  # turns measured at each length
 
@@ -108,8 +108,8 @@ def compare_per_turn(sizes: tuple[int, ...], seed: int = 0) -> list[dict[str, fl
     return result
 
 
-def draw(result: list[dict], path: Path) -> None:
-    """Cost per turn against conversation length (needs matplotlib: pip install 'prunestore[plot]')."""
+def plotting():
+    """matplotlib's pyplot on a file backend; a clear error when it is not installed."""
     try:
         import matplotlib
 
@@ -119,6 +119,12 @@ def draw(result: list[dict], path: Path) -> None:
         from .errors import PruneStoreError
 
         raise PruneStoreError("--plot needs matplotlib: pip install 'prunestore[plot]'") from exc
+    return plt
+
+
+def draw(result: list[dict], path: Path) -> None:
+    """Cost per turn against conversation length (needs matplotlib: pip install 'prunestore[plot]')."""
+    plt = plotting()
     turns = [r["turns"] for r in result]
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for key, label in (

@@ -11,6 +11,7 @@ import functools
 import json
 import sys
 import time
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -19,9 +20,12 @@ from typing import Any
 import click
 
 from . import __version__, db
-from .errors import InvalidMessageError, PruneStoreError
+from .errors import InvalidMessageError, InvalidRevisionError, PruneStoreError
+from .formats import from_anthropic, from_openai
+from .importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from .jsonl import read_lines, to_json
 from .model import StoredMessage
+from .results import Delta
 from .store import PruneStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -35,14 +39,36 @@ def _fail_cleanly(command: Callable) -> Callable:
         try:
             return command(*args, **kwargs)
         except PruneStoreError as exc:
-            click.echo(f"Error: {exc}", err=True)
+            click.echo(f"Error: {_printable(str(exc))}", err=True)
             sys.exit(2)
 
     return wrapper
 
 
-def _json_option(command: Callable) -> Callable:
-    return click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")(command)
+def _use_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # given after the command: it wins over the group's --db and PRUNESTORE_URL
+        ctx.find_root().obj = db.resolve_url(value)
+
+
+def _command(group: click.Group, name: str | None = None, *, as_json: bool = True) -> Callable[[Callable], Callable]:
+    """A command of `group` that takes ``--db`` after its name too, prints JSON with ``--json``, and fails cleanly."""
+
+    def decorate(function: Callable) -> click.Command:
+        function = click.pass_context(_fail_cleanly(function))
+        if as_json:
+            function = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(function)
+        function = click.option(
+            "--db", metavar="URL", expose_value=False, callback=_use_url, help="Database URL (as before the command)."
+        )(function)
+        return group.command(name)(function)
+
+    return decorate
+
+
+def _confirm(question: str, yes: bool) -> None:
+    """Ask on standard error (standard output may be JSON for a program); Ctrl-C or "no" aborts with status 1."""
+    if not yes:
+        click.confirm(question, abort=True, err=True)
 
 
 def _open(ctx: click.Context) -> PruneStore:
@@ -53,9 +79,21 @@ def _echo_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
 
 
+# Control characters (NUL, ESC, ...) and the bidirectional overrides that could
+# reorder what a terminal shows are printed as escapes.
+_UNPRINTABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in [*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def _printable(text: str) -> str:
+    return text.translate(_UNPRINTABLE)
+
+
 def _table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
     """Columns aligned to their widest cell; numbers to the right."""
-    rows = [[("" if c is None else str(c)) for c in row] for row in rows]
+    rows = [[("" if c is None else _printable(str(c))) for c in row] for row in rows]
     widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
     numeric = [bool(rows) and all(_is_number(r[i]) for r in rows) for i in range(len(headers))]
 
@@ -95,7 +133,7 @@ def _message_rows(messages: list[StoredMessage]) -> None:
     metavar="URL",
     envvar="PRUNESTORE_URL",
     show_envvar=True,
-    help="Database URL; default sqlite:///prunestore.db in the working directory.",
+    help="Database URL; default sqlite:///prunestore.db in the working directory. Also accepted after the command.",
 )
 @click.version_option(__version__, "--version", prog_name="prunestore")
 @click.pass_context
@@ -107,25 +145,42 @@ def main(ctx: click.Context, url: str | None) -> None:
 # -- writing -------------------------------------------------------------------
 
 
-@main.command()
-@click.argument("session")
-@_json_option
-@click.pass_context
-@_fail_cleanly
-def append(ctx: click.Context, session: str, as_json: bool) -> None:
-    """Append the messages on standard input (JSON Lines) to SESSION, in one transaction."""
-    messages = [m for _, m in read_lines(sys.stdin, session_field=False)]
+@_command(main)
+@click.argument("session", required=False)
+def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """Append the messages on standard input (JSON Lines), in one transaction.
+
+    Each line goes to SESSION, or, without SESSION, to the session its
+    "session" field names. A line whose "session" differs from SESSION is
+    refused. Messages already stored with the same fields are skipped (a safe
+    retry) and not counted.
+    """
+    batches: dict[str, list] = {}
+    for number, (named, message) in enumerate(read_lines(sys.stdin, session_field=session is None), 1):
+        if session is not None and named is not None and named != session:
+            raise InvalidMessageError(f"line {number}: session={named!r} differs from the SESSION argument {session!r}")
+        batches.setdefault(session or named, []).append(message)
     with _open(ctx) as store:
-        delta = store.append(session, messages)
+        deltas = store.append_many(batches) if batches else {}
+    appended = sum(d.appended for d in deltas.values())
     if as_json:
-        _echo_json({"appended": len(messages), **asdict(delta)})
-    else:
-        click.echo(f"{len(messages)} messages; live +{len(delta.live_added)} -{len(delta.live_removed)}")
+        if session is not None:
+            _echo_json({"appended": appended, **asdict(deltas.get(session, Delta()))})
+        else:
+            _echo_json({"appended": appended, "sessions": {name: asdict(d) for name, d in deltas.items()}})
+        return
+    given = sum(map(len, batches.values()))
+    skipped = f" ({given - appended} already stored)" if given > appended else ""
+    added = sum(len(d.live_added) for d in deltas.values())
+    removed = sum(len(d.live_removed) for d in deltas.values())
+    click.echo(f"{appended} messages appended{skipped}; live +{added} -{removed}")
 
 
-@main.command("import")
+@_command(main, "import")
 @click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
-@click.option("--batch-size", default=2000, show_default=True, help="Lines per transaction (JSON Lines).")
+@click.option(
+    "--batch-size", default=2000, show_default=True, type=click.IntRange(min=1), help="Lines per transaction."
+)
 @click.option(
     "--format",
     "format_",
@@ -137,9 +192,6 @@ def append(ctx: click.Context, session: str, as_json: bool) -> None:
 @click.option("--session", help="Session of a provider transcript (default: the file name without extension).")
 @click.option("--document-tool", multiple=True, help="A tool whose results are retrieved passages (repeatable).")
 @click.option("--keep-tool", multiple=True, help="A tool whose results are never superseded (repeatable).")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def import_(
     ctx: click.Context,
     files: tuple[Path, ...],
@@ -153,41 +205,50 @@ def import_(
     """Import FILES: JSON Lines whose lines carry a "session" field, or provider transcripts.
 
     JSON Lines go in one transaction per batch, with memory flat however long
-    the files are. A transcript (--format openai: a JSON list of Chat
-    Completions messages; --format anthropic: {"system": ..., "messages":
-    [...]}) goes in as one session. Messages already stored are skipped, so
-    re-running an interrupted import finishes it.
+    the files are; a bad line stops the import, naming its file and line, and
+    the batches before it stay stored. A transcript (--format openai: a JSON
+    list of Chat Completions messages; --format anthropic: {"system": ...,
+    "messages": [...]}) goes in as one session, all FILES in one transaction.
+    Files may be gzip-compressed. Messages already stored are skipped and not
+    counted, so importing again after an interruption or a fix finishes the job.
     """
+    start = time.perf_counter()
     if format_ != "jsonl":
         if session is not None and len(files) > 1:
             raise click.UsageError("--session names one session: give one FILE")
         options = {"document_tools": set(document_tool), "keep_tools": set(keep_tool)}
-        start = time.perf_counter()
+        batches: dict[str, list] = {}
+        for path in files:  # every file is read and checked before anything is written
+            batches.setdefault(session or path.stem, []).extend(_read_transcript(path, format_, options))
         with _open(ctx) as store:
-            count = 0
-            for path in files:
-                messages = _read_transcript(path, format_, options)
-                store.append(session or path.stem, messages)
-                count += len(messages)
-        _report_import(count, len(files), time.perf_counter() - start, as_json)
+            deltas = store.append_many(batches)
+        given = sum(map(len, batches.values()))
+        appended = {name: d.appended for name, d in deltas.items() if d.appended}
+        summary = ImportSummary(sum(appended.values()), len(appended), given - sum(appended.values()))
+        _report_import(summary, time.perf_counter() - start, as_json)
         return
-    from .importer import import_files
-
     total = sum(f.stat().st_size for f in files)
     show = sys.stderr.isatty() and not as_json
-    start = time.perf_counter()
     progress = click.progressbar(length=total, label="importing", file=sys.stderr, hidden=not show)
-    with _open(ctx) as store, progress as bar:
-        imported = import_files(store, files, batch_size, bar.update)
-    _report_import(imported.messages, imported.sessions, time.perf_counter() - start, as_json)
+    try:
+        with _open(ctx) as store, progress as bar:
+            imported = import_files(store, files, batch_size, bar.update)
+    except ImportInterrupted as stop:
+        done = stop.summary
+        click.echo(
+            f"\nInterrupted: {done.messages} messages were imported and are stored; "
+            "run the same command again to import the rest.",
+            err=True,
+        )
+        sys.exit(130)
+    _report_import(imported, time.perf_counter() - start, as_json)
 
 
 def _read_transcript(path: Path, format_: str, options: dict) -> list:
-    from .formats import from_anthropic, from_openai
-
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+        with open_bytes(path) as (handle, _raw):
+            data = json.loads(handle.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, EOFError, zlib.error) as exc:
         raise InvalidMessageError(f"{path}: not a JSON transcript ({type(exc).__name__}: {exc})") from None
     messages: Any = data.get("messages") if isinstance(data, dict) else data
     try:
@@ -195,114 +256,118 @@ def _read_transcript(path: Path, format_: str, options: dict) -> list:
             return from_openai(messages, **options)
         return from_anthropic(messages, data.get("system") if isinstance(data, dict) else None, **options)
     except InvalidMessageError as exc:
-        raise InvalidMessageError(f"{path}: {exc}") from None
+        other = "anthropic" if format_ == "openai" else "openai"
+        hint = f" (is it an {other.capitalize()} transcript? use --format {other})" if "transcript?" in str(exc) else ""
+        raise InvalidMessageError(f"{path}: {exc}{hint}") from None
 
 
-def _report_import(count: int, sessions: int, elapsed: float, as_json: bool) -> None:
-    summary = {
-        "messages": count,
-        "sessions": sessions,
-        "seconds": round(elapsed, 3),
-        "messages_per_second": round(count / elapsed) if elapsed else None,
-    }
+def _report_import(summary: ImportSummary, elapsed: float, as_json: bool) -> None:
+    rate = round(summary.messages / elapsed) if elapsed else None
     if as_json:
-        _echo_json(summary)
-    else:
-        click.echo(
-            f"imported {count} messages in {sessions} sessions in {elapsed:.1f} s "
-            f"({summary['messages_per_second']} messages/s)"
-        )
+        _echo_json(asdict(summary) | {"seconds": round(elapsed, 3), "messages_per_second": rate})
+        return
+    skipped = f" ({summary.already_stored} already stored)" if summary.already_stored else ""
+    click.echo(
+        f"imported {summary.messages} messages{skipped} in {summary.sessions} sessions in {elapsed:.1f} s "
+        f"({rate} messages/s)"
+    )
 
 
-@main.command()
+@_command(main)
 @click.argument("session", required=False)
 @click.option("--all", "everything", is_flag=True, help="Rebuild every session.")
-@click.pass_context
-@_fail_cleanly
-def rebuild(ctx: click.Context, session: str | None, everything: bool) -> None:
+def rebuild(ctx: click.Context, session: str | None, everything: bool, as_json: bool) -> None:
     """Recompute the stored state of SESSION (or --all) from its messages."""
     if bool(session) == everything:
         raise click.UsageError("give a SESSION or --all")
     with _open(ctx) as store:
         store.rebuild(session)
-    click.echo(f"rebuilt {session or 'every session'}")
+        rebuilt = [session] if session else store.sessions()
+    if as_json:
+        _echo_json({"rebuilt": rebuilt})
+    else:
+        click.echo(f"rebuilt {_printable(session) if session else f'{len(rebuilt)} sessions'}")
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@click.pass_context
-@_fail_cleanly
-def delete(ctx: click.Context, session: str, yes: bool) -> None:
-    """Delete SESSION and everything that belongs to it."""
-    if not yes:
-        click.confirm(f"Delete session {session!r} and all its messages?", abort=True)
+def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
+    """Delete SESSION and everything that belongs to it (asks first)."""
+    _confirm(f"Delete session {session!r} and all its messages?", yes)
     with _open(ctx) as store:
         store.delete_session(session)
-    click.echo(f"deleted {session}")
+    if as_json:
+        _echo_json({"deleted": session})
+    else:
+        click.echo(f"deleted {_printable(session)}")
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.argument("at_message_id")
 @click.argument("new_session")
-@click.pass_context
-@_fail_cleanly
-def fork(ctx: click.Context, session: str, at_message_id: str, new_session: str) -> None:
+def fork(ctx: click.Context, session: str, at_message_id: str, new_session: str, as_json: bool) -> None:
     """Start NEW_SESSION with the messages of SESSION up to and including AT_MESSAGE_ID."""
     with _open(ctx) as store:
         store.fork(session, at_message_id, new_session)
-        live_count = len(store.live(new_session))
-    click.echo(f"forked {session} at {at_message_id} into {new_session} ({live_count} live)")
+        stats = store.stats(new_session)
+    if as_json:
+        _echo_json({"session": new_session, "messages": stats.messages, "live_messages": stats.live_messages})
+    else:
+        click.echo(_printable(f"forked {session} at {at_message_id} into {new_session} ({stats.live_messages} live)"))
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.argument("after_message_id")
 @click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def truncate(ctx: click.Context, session: str, after_message_id: str, yes: bool, as_json: bool) -> None:
-    """Drop the messages of SESSION after AFTER_MESSAGE_ID, restoring the state it had then."""
-    if not yes:
-        click.confirm(f"Drop every message of session {session!r} after {after_message_id!r}?", abort=True)
+    """Drop the messages of SESSION after AFTER_MESSAGE_ID, restoring the state it had then (asks first)."""
+    _confirm(f"Drop every message of session {session!r} after {after_message_id!r}?", yes)
     with _open(ctx) as store:
         delta = store.truncate(session, after_message_id)
     if as_json:
         _echo_json(asdict(delta))
     else:
         click.echo(
-            f"truncated {session} after {after_message_id}: "
-            f"{len(delta.live_removed)} no longer live, {len(delta.live_added)} live again"
+            _printable(
+                f"truncated {session} after {after_message_id}: "
+                f"{len(delta.live_removed)} no longer live, {len(delta.live_added)} live again"
+            )
         )
 
 
 # -- reading -------------------------------------------------------------------
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.option(
     "--format", "format_", type=click.Choice(["openai", "anthropic", "text"]), default="openai", show_default=True
 )
 @click.option("--placeholders", is_flag=True, help="Keep a pruned result's call, with a placeholder saying why.")
-@click.pass_context
-@_fail_cleanly
-def render(ctx: click.Context, session: str, format_: str, placeholders: bool) -> None:
+def render(ctx: click.Context, session: str, format_: str, placeholders: bool, as_json: bool) -> None:
     """The live history of SESSION as a prompt the provider accepts (JSON; text for --format text).
 
-    A one-line report of what rendering did goes to standard error.
+    A one-line report of what rendering did goes to standard error; with
+    --json, one object holds the prompt and the report.
     """
     with _open(ctx) as store:
         rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
+    r = rendered.report
+    if as_json:
+        prompt: dict[str, Any] = {"text": rendered.text} if format_ == "text" else {"messages": rendered.messages}
+        if format_ == "anthropic":
+            prompt["system"] = rendered.system
+        _echo_json({"format": format_, **prompt, "report": asdict(r)})
+        return
     if format_ == "openai":
         _echo_json(rendered.messages)
     elif format_ == "anthropic":
         _echo_json({"system": rendered.system, "messages": rendered.messages})
     else:
         click.echo(rendered.text)
-    r = rendered.report
     click.echo(
         f"{r.messages_out} messages from {r.messages_in}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
         f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
@@ -317,35 +382,26 @@ def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
         _message_rows(messages)
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def live(ctx: click.Context, session: str, as_json: bool) -> None:
     """The live messages of SESSION: what goes into the next prompt."""
     with _open(ctx) as store:
         _print_messages(store.live(session), as_json)
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.option("--id", "ids", multiple=True, metavar="ID", help="Only the message with this id (repeatable).")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bool) -> None:
     """Every message of SESSION with its verdict (or only those given with --id)."""
     with _open(ctx) as store:
         _print_messages(store.messages(session, ids=ids or None), as_json)
 
 
-@main.command()
+@_command(main)
 @click.argument("session")
 @click.argument("message_id")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def explain(ctx: click.Context, session: str, message_id: str, as_json: bool) -> None:
     """Why MESSAGE_ID of SESSION has its verdict."""
     with _open(ctx) as store:
@@ -353,16 +409,13 @@ def explain(ctx: click.Context, session: str, message_id: str, as_json: bool) ->
     if as_json:
         _echo_json({**asdict(why), "live": why.live, "reason": why.reason})
     else:
-        click.echo(f"{why.message_id} (seq {why.seq}): {why.verdict}")
-        click.echo(f"  {why.reason}")
+        click.echo(_printable(f"{why.message_id} (seq {why.seq}): {why.verdict}"))
+        click.echo(f"  {_printable(why.reason)}")
 
 
-@main.command()
+@_command(main)
 @click.argument("session", required=False)
 @click.option("--all", "everything", is_flag=True, help="Verify every session (the default).")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def verify(ctx: click.Context, session: str | None, everything: bool, as_json: bool) -> None:
     """Rerun the batch pruner over SESSION (or all) and compare; exit 1 on any mismatch."""
     if session and everything:
@@ -382,18 +435,15 @@ def verify(ctx: click.Context, session: str | None, everything: bool, as_json: b
         )
     else:
         for mismatch in report.mismatches:
-            click.echo(str(mismatch))
+            click.echo(_printable(str(mismatch)))
         verdict = "ok" if report.ok else f"{len(report.mismatches)} mismatches"
         click.echo(f"{verdict}: {report.sessions} sessions, {report.messages} messages checked")
     if not report.ok:
         sys.exit(1)
 
 
-@main.command()
+@_command(main)
 @click.argument("session", required=False)
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     """Messages and tokens, total, live and per verdict, of SESSION or of all."""
     with _open(ctx) as store:
@@ -407,10 +457,7 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     click.echo(f"\n{result.sessions} session(s); tokens pruned: {result.reduction:.1%}")
 
 
-@main.command()
-@_json_option
-@click.pass_context
-@_fail_cleanly
+@_command(main)
 def sessions(ctx: click.Context, as_json: bool) -> None:
     """The session names."""
     with _open(ctx) as store:
@@ -419,7 +466,7 @@ def sessions(ctx: click.Context, as_json: bool) -> None:
         _echo_json(names)
     else:
         for name in names:
-            click.echo(name)
+            click.echo(_printable(name))
 
 
 # -- schema --------------------------------------------------------------------
@@ -430,54 +477,64 @@ def db_group() -> None:
     """Manage the database schema (Alembic, no alembic.ini needed)."""
 
 
-def _schema(ctx: click.Context, change: Callable | None) -> None:
+def _schema(ctx: click.Context, change: Callable | None, as_json: bool) -> None:
     engine = db.make_engine(ctx.find_root().obj)
     try:
         if change is not None:
             change(engine)
         with db.connection(engine, "read schema version") as conn:
-            click.echo(f"at revision {db.current_revision(conn) or 'base'} (newest: {db.head_revision()})")
+            current = db.current_revision(conn)
     finally:
         engine.dispose()
+    if as_json:
+        _echo_json({"revision": current, "head": db.head_revision()})
+    else:
+        click.echo(f"at revision {current or 'base'} (newest: {db.head_revision()})")
 
 
-@db_group.command("upgrade")
+@_command(db_group, "upgrade")
 @click.argument("revision", default="head")
-@click.pass_context
-@_fail_cleanly
-def db_upgrade(ctx: click.Context, revision: str) -> None:
+def db_upgrade(ctx: click.Context, revision: str, as_json: bool) -> None:
     """Upgrade the schema to REVISION (default: the newest)."""
-    _schema(ctx, lambda engine: db.upgrade(engine, revision))
+    _schema(ctx, lambda engine: db.upgrade(engine, revision), as_json)
 
 
-@db_group.command("downgrade")
+@_command(db_group, "downgrade")
 @click.argument("revision")
-@click.pass_context
-@_fail_cleanly
-def db_downgrade(ctx: click.Context, revision: str) -> None:
-    """Downgrade the schema to REVISION ("base" removes every prunestore table)."""
-    _schema(ctx, lambda engine: db.downgrade(engine, revision))
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def db_downgrade(ctx: click.Context, revision: str, yes: bool, as_json: bool) -> None:
+    """Downgrade the schema to REVISION (asks first: a downgrade drops what newer revisions keep).
+
+    "base" removes every prunestore table, with every session in it.
+    """
+    if revision not in ("base", *db.revisions()):
+        raise InvalidRevisionError(
+            f"revision={revision!r}: no such revision (known: base, {', '.join(db.revisions())})"
+        )
+    what = "every prunestore table and all sessions" if revision == "base" else "what newer revisions store"
+    _confirm(f"Downgrade {db.shown_url(ctx.find_root().obj)} to {revision}? This drops {what}.", yes)
+    _schema(ctx, lambda engine: db.downgrade(engine, revision), as_json)
 
 
-@db_group.command("analyze")
-@click.pass_context
-@_fail_cleanly
-def db_analyze(ctx: click.Context) -> None:
+@_command(db_group, "analyze")
+def db_analyze(ctx: click.Context, as_json: bool) -> None:
     """Refresh PostgreSQL's planner statistics of the prunestore tables (after bulk loads; a no-op on SQLite)."""
     engine = db.make_engine(ctx.find_root().obj)
     try:
         db.analyze(engine)
     finally:
         engine.dispose()
-    click.echo("statistics refreshed" if engine.dialect.name == "postgresql" else "nothing to do on SQLite")
+    analyzed = engine.dialect.name == "postgresql"
+    if as_json:
+        _echo_json({"analyzed": analyzed})
+    else:
+        click.echo("statistics refreshed" if analyzed else "nothing to do on SQLite")
 
 
-@db_group.command("current")
-@click.pass_context
-@_fail_cleanly
-def db_current(ctx: click.Context) -> None:
+@_command(db_group, "current")
+def db_current(ctx: click.Context, as_json: bool) -> None:
     """Print the schema revision of the database and the newest one known."""
-    _schema(ctx, None)
+    _schema(ctx, None, as_json)
 
 
 # -- the demo and the benchmark -----------------------------------------------
@@ -493,23 +550,28 @@ def _sizes(text: str) -> tuple[int, ...]:
     return sizes
 
 
-@main.command()
+@_command(main)
 @click.option("--sizes", default="50,200,500,1000,2000", show_default=True, help="Conversation lengths in turns.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the workload generator.")
-@_json_option
-@click.pass_context
-@_fail_cleanly
-def demo(ctx: click.Context, sizes: str, seed: int, as_json: bool) -> None:
-    """Fill the store with the chat, RAG and tool-agent workloads, turn by turn, and show what pruning did."""
+@click.option("--replace", is_flag=True, help="Overwrite the demo's sessions (chat-N, rag-N, agent-N) if they exist.")
+def demo(ctx: click.Context, sizes: str, seed: int, replace: bool, as_json: bool) -> None:
+    """Fill the store with the chat, RAG and tool-agent workloads, turn by turn, and show what pruning did.
+
+    The sessions are named chat-N, rag-N and agent-N (N the number of turns);
+    where the store already holds one, the demo stops unless --replace is given.
+    """
     from .demo import run_demo
 
     with _open(ctx) as store:
+        url = db.shown_url(store.url)
+        filled = run_demo(store, _sizes(sizes), seed=seed, replace=replace)
+        if not as_json:
+            click.echo(f"writing the demo's sessions into {url}", err=True)
         rows = []
-        for row in run_demo(store, _sizes(sizes), seed=seed):
+        for row in filled:
             rows.append(row)
             if not as_json:
                 click.echo(f"  {row.session}: {row.messages} messages, {row.reduction:.1%} of tokens pruned", err=True)
-        url = store.url
         last = rows[-1].session
         verdicts = {m.verdict: m.id for m in reversed(store.messages(last))}
         example = verdicts.get("restored") or verdicts.get("superseded") or verdicts["kept"]
@@ -566,20 +628,19 @@ def demo(ctx: click.Context, sizes: str, seed: int, as_json: bool) -> None:
     )
 
 
-@main.command()
+@_command(main)
 @click.option("--turns", default="50,200,500,1000,2000", show_default=True, help="Conversation lengths to measure at.")
 @click.option("--plot", type=click.Path(dir_okay=False, path_type=Path), help="Draw cost per turn to a PNG file.")
-@_json_option
-@click.pass_context
-@_fail_cleanly
 def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> None:
     """Per-turn cost: incremental append against rerunning a batch prune (with and without a SQL read).
 
     The append is shown alone, with a client's prompt kept from its delta, and
-    with the whole prompt read back.
+    with the whole prompt read back. It runs on temporary databases, not on --db.
     """
-    from .bench import compare_per_turn, draw
+    from .bench import compare_per_turn, draw, plotting
 
+    if plot:
+        plotting()  # before the run, so a missing matplotlib does not cost the whole benchmark
     result = compare_per_turn(_sizes(turns))
     if as_json:
         _echo_json(result)

@@ -10,9 +10,11 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
@@ -20,11 +22,13 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.script.revision import RevisionError
+from alembic.util import CommandError
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .driver import Driver
-from .errors import PruneStoreError, wrap_database_errors
+from .errors import InvalidRevisionError, PruneStoreError, shorten, wrap_database_errors
 from .schema import VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -79,28 +83,75 @@ def make_async_engine(url: str | None = None) -> AsyncEngine:
     return _make(url, create_async_engine, "asyncio")
 
 
+def shown_url(url: str) -> str:
+    """`url` as it may appear in a message: the password masked."""
+    try:
+        return sa.engine.make_url(url).render_as_string(hide_password=True)
+    except sa.exc.ArgumentError:
+        return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
+
+
+def _url_problem(url: str, exc: Exception) -> str:
+    """One line saying what is wrong with a URL SQLAlchemy could not use, and how to write it."""
+    if "://" not in url:
+        return f"not a database URL; for a SQLite file write sqlite:///{url}"
+    scheme, rest = url.split("://", 1)
+    if scheme.startswith("sqlite") and rest and not rest.startswith("/"):
+        return (
+            f"a SQLite URL has no host part: write {scheme}:///{rest} for a path relative to the working "
+            f"directory, or {scheme}:////absolute/path.db"
+        )
+    return str(exc).strip().splitlines()[0]
+
+
+def _read_only_sqlite(url: sa.engine.URL) -> sa.engine.URL | None:
+    """A SQLite file that exists but that this process may not write, or whose folder it may not write.
+
+    WAL mode keeps two side files beside the database, so a database in a
+    read-only folder (or on read-only media) cannot even be read the usual
+    way. Such a file is opened read-only and immutable instead (no locks, no
+    side files): reads work, and a write fails with "attempt to write a
+    readonly database".
+    """
+    path = url.database
+    if not path or path == ":memory:" or path.startswith("file:") or url.query.get("uri"):
+        return None
+    file = Path(path).resolve()
+    if not file.is_file() or (os.access(file, os.W_OK) and os.access(file.parent, os.W_OK)):
+        return None
+    return url.set(database=f"file:{file}", query={**url.query, "mode": "ro", "immutable": "1", "uri": "true"})
+
+
 def _make(url: str, create, extra: str):
     try:
-        backend = sa.engine.make_url(url).get_backend_name()
-        if backend not in ("sqlite", "postgresql"):
-            raise PruneStoreError(f"url={url!r}: only sqlite and postgresql URLs are supported")
-        engine = create(url)
+        parsed = sa.engine.make_url(url)
+        backend = parsed.get_backend_name()
+    except sa.exc.ArgumentError as exc:
+        raise PruneStoreError(f"url={shown_url(url)!r}: {_url_problem(url, exc)}") from None
+    if backend not in ("sqlite", "postgresql"):
+        raise PruneStoreError(f"url={shown_url(url)!r}: only sqlite and postgresql URLs are supported")
+    read_only = _read_only_sqlite(parsed) if backend == "sqlite" else None
+    try:
+        engine = create(read_only or url)
     except (sa.exc.ArgumentError, ImportError) as exc:
-        hint = f" (pip install 'prunestore[{extra}]')" if "psycopg" in str(exc) or extra == "asyncio" else ""
-        raise PruneStoreError(f"url={url!r}: cannot open ({exc}){hint}") from exc
+        missing = getattr(exc, "name", None) or str(exc)
+        hint = f" (pip install 'prunestore[{extra}]')" if "psycopg" in missing or extra == "asyncio" else ""
+        problem = _url_problem(url, exc) if isinstance(exc, sa.exc.ArgumentError) else str(exc).splitlines()[0]
+        raise PruneStoreError(f"url={shown_url(url)!r}: cannot open ({problem}){hint}") from exc
     if backend == "sqlite":
-        _configure_sqlite(getattr(engine, "sync_engine", engine))
+        _configure_sqlite(getattr(engine, "sync_engine", engine), read_only=read_only is not None)
     return engine
 
 
-def _configure_sqlite(engine: Engine) -> None:
+def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi_connection, _record) -> None:
         # Let SQLAlchemy's "begin" event decide how transactions start.
         dbapi_connection.isolation_level = None
         cursor = dbapi_connection.cursor()
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA journal_mode = WAL")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 
@@ -161,9 +212,26 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
         pooled.close()
 
 
+def _migrations_location() -> str:
+    """Where the Alembic scripts are: inside the installed package, or beside it in a source checkout.
+
+    The wheel installs the top-level ``migrations/`` folder as
+    ``prunestore.migrations``. Run from a checkout's root, Python imports the
+    checkout's ``prunestore/`` before the installed one, and there the
+    migrations are the folder next to it.
+    """
+    try:
+        return str(resources.files("prunestore.migrations"))
+    except ModuleNotFoundError:
+        beside = Path(__file__).resolve().parent.parent / "migrations"
+        if (beside / "env.py").is_file():
+            return str(beside)
+        raise PruneStoreError("the prunestore.migrations package is missing: reinstall prunestore") from None
+
+
 def _alembic_config(connection: Connection | None = None, url: str | None = None) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(resources.files("prunestore.migrations")))
+    config.set_main_option("script_location", _migrations_location())
     if url is not None:
         config.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
     config.attributes["connection"] = connection
@@ -182,11 +250,21 @@ def current_revision(conn: Connection) -> str | None:
     return context.get_current_revision()
 
 
-def _migrate(engine: Engine, action: str, run) -> None:
-    with connection(engine, action, write=True) as conn:
-        if conn.dialect.name == "postgresql":
-            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
-        run(conn)
+def revisions() -> list[str]:
+    """The revisions the installed migrations know, oldest first."""
+    script = ScriptDirectory.from_config(_alembic_config())
+    return [r.revision for r in reversed(list(script.walk_revisions()))]
+
+
+def _migrate(engine: Engine, action: str, revision: str, run) -> None:
+    try:
+        with connection(engine, action, write=True) as conn:
+            if conn.dialect.name == "postgresql":
+                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            run(conn)
+    except (CommandError, RevisionError) as exc:
+        known = ", ".join(["base", *revisions(), "head"])
+        raise InvalidRevisionError(f"revision={shorten(revision)}: {exc} (known: {known})") from None
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -198,7 +276,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         command.upgrade(_alembic_config(conn), revision)
         _analyze(conn)  # fresh tables have no statistics; without them the planner may scan
 
-    _migrate(engine, f"upgrade to {revision}", run)
+    _migrate(engine, f"upgrade to {revision}", revision, run)
 
 
 def analyze(engine: Engine) -> None:
@@ -224,7 +302,9 @@ def _analyze(conn: Connection) -> None:
 
 def downgrade(engine: Engine, revision: str) -> None:
     """Take the schema back to `revision` (``"base"`` removes every prunestore table)."""
-    _migrate(engine, f"downgrade to {revision}", lambda conn: command.downgrade(_alembic_config(conn), revision))
+    _migrate(
+        engine, f"downgrade to {revision}", revision, lambda conn: command.downgrade(_alembic_config(conn), revision)
+    )
 
 
 def ensure_schema(engine: Engine) -> None:

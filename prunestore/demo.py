@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from . import db
+from .errors import SessionExistsError
 from .prune import prune
 from .store import PruneStore
 from .workloads import WORKLOADS, generate
@@ -45,13 +47,34 @@ def run_demo(
     sizes: tuple[int, ...] = DEFAULT_SIZES,
     workloads: tuple[str, ...] = tuple(WORKLOADS),
     seed: int = 0,
+    *,
+    replace: bool = False,
 ) -> Iterator[DemoRow]:
-    """Append each workload at each size turn by turn (replacing an earlier run's session) and measure it."""
+    """Append each workload at each size turn by turn and measure it, one row at a time.
+
+    The sessions are named ``<workload>-<turns>``. Where the store holds one
+    already, it raises `SessionExistsError` before writing anything, unless
+    `replace` is true (then that session is deleted first).
+    """
+    names = [f"{name}-{turns}" for name in workloads for turns in sizes]
+    existing = sorted(set(names) & set(store.sessions()))
+    if existing and not replace:
+        raise SessionExistsError(
+            f"session={existing[0]!r}: the store at {db.shown_url(store.url)} already holds it"
+            f"{f' and {len(existing) - 1} more of the demo' if len(existing) > 1 else ''}; "
+            "replace them with prunestore demo --replace, or choose another store with --db"
+        )
+    return _rows(store, sizes, workloads, seed, existing)
+
+
+def _rows(
+    store: PruneStore, sizes: tuple[int, ...], workloads: tuple[str, ...], seed: int, existing: list[str]
+) -> Iterator[DemoRow]:
     for name in workloads:
         for turns in sizes:
             generated = generate(name, turns, seed)
             session = f"{name}-{turns}"
-            if session in store.sessions():
+            if session in existing:
                 store.delete_session(session)
             for messages in generated.by_turn():
                 store.append(session, messages)

@@ -21,6 +21,7 @@ __all__ = [
     "MessageNotFoundError",
     "SessionExistsError",
     "PolicyMismatchError",
+    "InvalidRevisionError",
     "DatabaseError",
     "shorten",
 ]
@@ -38,11 +39,20 @@ class InvalidPolicyError(PruneStoreError, ValueError):
     """A `Policy` field has a bad type or value."""
 
 
-class DuplicateMessageError(PruneStoreError):
+class _MessageError(PruneStoreError):
+    """An error about one message of a session; `session` and `message_id` name it when known."""
+
+    def __init__(self, text: str, *, session: str | None = None, message_id: str | None = None) -> None:
+        super().__init__(text)
+        self.session = session
+        self.message_id = message_id
+
+
+class DuplicateMessageError(_MessageError):
     """A message id already in the session was appended with different fields."""
 
 
-class TurnOrderError(PruneStoreError):
+class TurnOrderError(_MessageError):
     """A message's turn is lower than the session's current turn."""
 
 
@@ -66,6 +76,10 @@ class SessionExistsError(PruneStoreError):
 
 class PolicyMismatchError(PruneStoreError):
     """A store was opened with a policy other than the one it was created with."""
+
+
+class InvalidRevisionError(PruneStoreError, ValueError):
+    """A schema revision the installed migrations do not know."""
 
 
 class DatabaseError(PruneStoreError):

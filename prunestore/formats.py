@@ -170,19 +170,34 @@ def _check_dict(name: str, value: object) -> dict:
 _OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
-def _openai_text(content: object) -> str:
-    """The text of a content field: a string, or the text parts of a list (other parts named)."""
+_OPENAI_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})
+
+
+def _openai_text(content: object, where: str | None = None) -> str:
+    """The text of a content field: a string, or the text parts of a list (other parts named).
+
+    On import (`where` names the message), a part of a type Chat Completions
+    does not have (``tool_use``, ``tool_result``: an Anthropic transcript) is
+    refused rather than stored as a placeholder.
+    """
     if content is None:
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):
-        return "\n".join(
-            part.get("text", "") if part.get("type") == "text" else f"[{part.get('type', 'part')}]"
-            for part in content
-            if isinstance(part, dict)
-        )
-    raise InvalidMessageError(f"content={shorten(content)}: expected a string or a list of parts")
+    if not isinstance(content, list):
+        raise InvalidMessageError(f"{where}.content={shorten(content)}: expected a string or a list of parts")
+    texts = []
+    for number, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if where is None and not isinstance(part, dict):
+            continue
+        if where is not None and kind not in _OPENAI_PARTS:
+            raise InvalidMessageError(
+                f"{where}.content[{number}].type={shorten(kind)}: not a Chat Completions content part "
+                "(an Anthropic transcript?)"
+            )
+        texts.append(part.get("text", "") if kind == "text" else f"[{kind or 'part'}]")
+    return "\n".join(texts)
 
 
 def from_openai(
@@ -214,11 +229,12 @@ def from_openai(
             if not isinstance(call_id, str) or not call_id:
                 raise InvalidMessageError(f"messages[{index}].tool_call_id={shorten(call_id)}: a tool message needs it")
             importer.advance(index, False)
-            out.append(importer.result(call_id, call_id, _openai_text(original.get("content")), metadata))
+            text = _openai_text(original.get("content"), f"messages[{index}]")
+            out.append(importer.result(call_id, call_id, text, metadata))
             continue
         if role not in _OPENAI_ROLES:
             raise InvalidMessageError(f"messages[{index}].role={shorten(role)}: not a Chat Completions role")
-        text = _openai_text(original.get("content"))
+        text = _openai_text(original.get("content"), f"messages[{index}]")
         calls = original.get("tool_calls") or []
         if role == "assistant":
             lines = [text] if text else []

@@ -11,52 +11,79 @@ bounded by the batches in flight (one per worker, plus the one appended).
 
 from __future__ import annotations
 
+import gzip
 import multiprocessing
 import os
+import signal
 import threading
 import time
+import zlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO, cast
 
 from . import db
+from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
 from .incremental import MsgState, new_state
 from .jsonl import parse_line
 from .model import KEPT, Message, unchecked
 from .store import PruneStore
 
-__all__ = ["ImportSummary", "import_files"]
+__all__ = ["ImportSummary", "ImportInterrupted", "import_files", "open_bytes"]
 
-Record = tuple  # (session, Message fields as a dict, tokens, defines, refs, hash, metadata): cheap to pickle
+Record = tuple  # (session, Message fields as a dict, tokens, defines, refs, hash, metadata, line): cheap to pickle
+
+_GZIP_MAGIC = b"\x1f\x8b"
 
 
 @dataclass(frozen=True)
 class ImportSummary:
+    """What an import did: `messages` newly stored, `already_stored` skipped as retries, `sessions` written to."""
+
     messages: int
     sessions: int
+    already_stored: int = 0
 
 
-def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[str], int]) -> list[Record]:
-    """Parse and validate lines; raises `InvalidMessageError` naming the line. Runs in the worker."""
+class ImportInterrupted(Exception):
+    """The import was interrupted (Ctrl-C); `summary` is what was committed before it."""
+
+    def __init__(self, summary: ImportSummary) -> None:
+        super().__init__("import interrupted")
+        self.summary = summary
+
+
+def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[str], int], source: str) -> list[Record]:
+    """Parse and validate lines; raises `InvalidMessageError` naming the file and line. Runs in the worker."""
     records = []
     for number, raw in enumerate(lines, first_number):
-        line = raw.decode("utf-8")
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InvalidMessageError(
+                f"{source}, line {number}: not UTF-8 text ({exc.reason} at byte {exc.start} of the line)"
+            ) from None
         if not line.strip():
             continue
-        session, message = parse_line(line, number, session_field=True)
+        try:
+            session, message = parse_line(line, number, session_field=True)
+        except InvalidMessageError as exc:
+            raise InvalidMessageError(f"{source}, {exc}") from None
         state = new_state(message, tokenizer(message.content))
         fields = vars(message)  # the validated Message fields, exactly
         records.append(
-            (session, fields, state.tokens, state.defines, state.refs, state.content_hash, state.metadata_json)
+            (session, fields, state.tokens, state.defines, state.refs, state.content_hash, state.metadata_json, number)
         )
     return records
 
 
 def _state(record: Record) -> tuple[str, MsgState]:
     """Rebuild a record validated by the worker, without validating it again."""
-    session, fields, tokens, defines, refs, content_hash, metadata_json = record
+    session, fields, tokens, defines, refs, content_hash, metadata_json, _line = record
     message = unchecked(Message, fields)
     state = MsgState(
         0,
@@ -76,20 +103,39 @@ def _state(record: Record) -> tuple[str, MsgState]:
     return session, state
 
 
-def _chunks(files: Iterable[Path], size: int, progress: Callable[[int], None]) -> Iterator[tuple[list[bytes], int]]:
+@contextmanager
+def open_bytes(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
+    """The file's bytes, decompressed when it is gzip; and the raw file, whose position measures progress."""
+    with path.open("rb") as raw:
+        if raw.read(2) != _GZIP_MAGIC:
+            raw.seek(0)
+            yield raw, raw
+            return
+        raw.seek(0)
+        with gzip.GzipFile(fileobj=raw, mode="rb") as unzipped:
+            yield cast(BinaryIO, unzipped), raw
+
+
+def _chunks(
+    files: Iterable[Path], size: int, progress: Callable[[int], None]
+) -> Iterator[tuple[list[bytes], int, str]]:
     for path in files:
-        with path.open("rb") as handle:
-            chunk: list[bytes] = []
-            first = 1
-            for number, raw in enumerate(handle, 1):
-                chunk.append(raw)
-                if len(chunk) == size:
-                    progress(sum(map(len, chunk)))
-                    yield chunk, first
-                    chunk, first = [], number + 1
-            if chunk:
-                progress(sum(map(len, chunk)))
-                yield chunk, first
+        try:
+            with open_bytes(path) as (handle, raw):
+                chunk: list[bytes] = []
+                first, done = 1, 0
+                for number, line in enumerate(handle, 1):
+                    chunk.append(line)
+                    if len(chunk) == size:
+                        progress(raw.tell() - done)
+                        done = raw.tell()
+                        yield chunk, first, str(path)
+                        chunk, first = [], number + 1
+                if chunk:
+                    yield chunk, first, str(path)
+                progress(raw.tell() - done)
+        except (OSError, EOFError, zlib.error) as exc:
+            raise InvalidMessageError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
 
 
 # Two workers, though preparing a line costs about what appending it does: on a
@@ -98,39 +144,71 @@ def _chunks(files: Iterable[Path], size: int, progress: Callable[[int], None]) -
 _WORKERS = 2
 
 
+class _Progress:
+    """What an import has committed so far."""
+
+    def __init__(self) -> None:
+        self.messages = 0
+        self.already_stored = 0
+        self.sessions: set[str] = set()
+
+    def summary(self) -> ImportSummary:
+        return ImportSummary(self.messages, len(self.sessions), self.already_stored)
+
+
 def import_files(
     store: PruneStore, files: Iterable[Path], batch_size: int = 2000, progress: Callable[[int], None] = lambda n: None
 ) -> ImportSummary:
-    """Append every line of `files` to its session, one transaction per `batch_size` lines."""
-    count = 0
-    sessions: set[str] = set()
+    """Append every line of `files` to its session, one transaction per `batch_size` lines.
+
+    A bad line raises `InvalidMessageError` naming its file and line; the
+    batches before it stay committed (the message says how many messages),
+    so importing the same files again after a fix finishes the job. Ctrl-C
+    raises `ImportInterrupted` the same way.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise InvalidMessageError(f"batch_size={shorten(batch_size)}: must be a whole number of lines, at least 1")
+    done = _Progress()
     # fork where there is one: the worker runs only parsing code, and spawn would
     # re-import the caller's main module (a script without a __main__ guard breaks).
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     workers = min(_WORKERS, os.cpu_count() or 1)
-    with ProcessPoolExecutor(
-        max_workers=workers, mp_context=context, initializer=_exit_with_parent, initargs=(os.getpid(),)
-    ) as pool:
-        pending: deque[Future] = deque()
-        for chunk, first in _chunks(files, batch_size, progress):
-            pending.append(pool.submit(prepare_lines, chunk, first, store.tokenizer))
+    pool = ProcessPoolExecutor(
+        max_workers=workers, mp_context=context, initializer=_worker_setup, initargs=(os.getpid(),)
+    )
+    try:
+        pending: deque[tuple[Future, str]] = deque()
+        for chunk, first, source in _chunks(files, batch_size, progress):
+            pending.append((pool.submit(prepare_lines, chunk, first, store.tokenizer, source), source))
             if len(pending) > workers:  # the workers prepare the next batches while the oldest is appended
-                count += _append(store, pending.popleft().result(), sessions)
+                _append(store, *pending.popleft(), done)
         while pending:
-            count += _append(store, pending.popleft().result(), sessions)
+            _append(store, *pending.popleft(), done)
+    except KeyboardInterrupt:
+        raise ImportInterrupted(done.summary()) from None
+    except PruneStoreError as exc:
+        kept = f"; the {done.messages} messages imported before it are stored" if done.messages else ""
+        raise type(exc)(
+            f"{exc} (nothing of its batch was written{kept}; importing again skips what is stored)"
+        ) from None
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     db.analyze(store.engine)  # a bulk load leaves PostgreSQL's statistics behind (see `db.analyze`)
-    return ImportSummary(count, len(sessions))
+    return done.summary()
 
 
-def _exit_with_parent(parent: int) -> None:
-    """Worker initializer: end the worker when the import dies.
+def _worker_setup(parent: int) -> None:
+    """Worker initializer: leave Ctrl-C to the importing process, and end the worker when it dies.
 
-    An import killed outright (SIGKILL, the OOM killer) cannot stop its
+    Ctrl-C reaches every process of the terminal's group; the import itself
+    stops cleanly and shuts the pool down, so the workers ignore it. An
+    import killed outright (SIGKILL, the OOM killer) cannot stop its
     workers, and they would wait for work forever: the forked workers hold the
     queue's write end themselves, so they never see it close. A worker whose
     parent is gone has been re-parented; that is what this watches for.
     """
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
     def watch() -> None:
         while os.getppid() == parent:
@@ -140,11 +218,21 @@ def _exit_with_parent(parent: int) -> None:
     threading.Thread(target=watch, name="prunestore-parent-watch", daemon=True).start()
 
 
-def _append(store: PruneStore, records: list[Record], sessions: set[str]) -> int:
+def _append(store: PruneStore, prepared: Future, source: str, done: _Progress) -> None:
+    records: list[Record] = prepared.result()
     by_session: dict[str, list[MsgState]] = {}
     for record in records:
         session, state = _state(record)
         by_session.setdefault(session, []).append(state)
-    store._append_states(by_session.items())
-    sessions.update(by_session)
-    return len(records)
+    try:
+        deltas = store._append_states(by_session.items())
+    except (DuplicateMessageError, TurnOrderError) as exc:
+        lines = [r[-1] for r in records if (r[0], r[1]["id"]) == (exc.session, exc.message_id)]
+        if not lines:
+            raise
+        line = lines[1] if isinstance(exc, DuplicateMessageError) and len(lines) > 1 else lines[0]
+        raise type(exc)(f"{source}, line {line}: {exc}", session=exc.session, message_id=exc.message_id) from None
+    appended = sum(d.appended for d in deltas.values())
+    done.messages += appended
+    done.already_stored += len(records) - appended
+    done.sessions.update(name for name, delta in deltas.items() if delta.appended)

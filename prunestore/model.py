@@ -43,8 +43,10 @@ def _fail(field_name: str, value: object, why: str) -> InvalidMessageError:
 
 
 def _check_keys(field_name: str, keys: object) -> tuple[str, ...]:
-    if isinstance(keys, str) or not isinstance(keys, Iterable):
-        raise _fail(field_name, keys, "must be a tuple of keys, not a single string")
+    if isinstance(keys, str):
+        raise _fail(field_name, keys, "must be a list of keys, not a single string")
+    if not isinstance(keys, Iterable) or isinstance(keys, Mapping):
+        raise _fail(field_name, keys, "must be a list of keys")
     result = tuple(keys)
     for key in result:
         if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):

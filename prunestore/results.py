@@ -13,11 +13,14 @@ class Delta:
 
     `live_added` holds the ids that became live (new live messages included),
     `live_removed` the ids that stopped being live, each in append order. A
-    new message that is dead on arrival is in neither.
+    new message that is dead on arrival is in neither. `appended` counts the
+    messages this call stored: a message already stored with the same
+    fields (a retry) is skipped and not counted.
     """
 
     live_added: tuple[str, ...] = ()
     live_removed: tuple[str, ...] = ()
+    appended: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.live_added or self.live_removed)
@@ -67,7 +70,8 @@ class Explanation:
         if self.verdict == "restored":
             keys = ", ".join(self.needed_for)
             users = ", ".join(repr(i) for i in self.needed_by)
-            parts.append(f"restored: it defines {keys}, which {users} refer to")
+            verb = "refers" if len(self.needed_by) == 1 else "refer"
+            parts.append(f"restored: it defines {keys}, which {users} {verb} to")
         return "; ".join(parts)
 
 

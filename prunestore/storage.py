@@ -24,6 +24,7 @@ __all__ = [
     "message_columns",
     "SessionRows",
     "SessionRow",
+    "SessionState",
     "lock_session",
     "lock_session_for_append",
     "find_session",
@@ -304,6 +305,30 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
         row = lock_session(driver, name)
         assert row is not None
     return row, found
+
+
+_DEFINERS = Statement(
+    f"SELECT k.key, {message_columns('m')} FROM prunestore_keys k JOIN prunestore_messages m "
+    "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
+)
+
+
+class SessionState:
+    """A session as `PruneStore.append_with` shows it to its builder: read under the session's write lock."""
+
+    def __init__(self, driver: Driver, session: SessionRow) -> None:
+        self._driver = driver
+        self._sid = session.session_id
+        self.current_turn = session.current_turn
+        self.last_seq = session.last_seq  # 0 for a new session; the next message gets last_seq + 1
+
+    def definers(self, keys: Iterable[str]) -> dict[str, StoredMessage]:
+        """The last message that defines each of `keys`, for those some message defines."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted or not self.last_seq:
+            return {}
+        rows = self._driver.chunks(_DEFINERS, {"sid": self._sid}, "keys", wanted)
+        return {row[0]: stored_message(row[1:]) for row in rows}
 
 
 class SessionRows:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -48,6 +49,7 @@ from .storage import (
     VERDICT_COLUMN,
     SessionRow,
     SessionRows,
+    SessionState,
     create_session,
     find_session,
     join_keys,
@@ -134,6 +136,7 @@ _TAIL = Statement(
     "ORDER BY seq"
 )
 _DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
+_MESSAGE_AT = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 _COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
 _COPY_PREFIX = Statement(
     f"INSERT INTO prunestore_messages (session_id, {_COPIED_COLUMNS}) "
@@ -144,6 +147,8 @@ _DELETE_SESSION = _DELETE_DERIVED + [
     for table in ("prunestore_messages", "prunestore_sessions")
 ]
 
+
+_T = TypeVar("_T")
 
 # A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote.
 _Write = tuple[str, int, int | None, int, list[int]]
@@ -244,12 +249,15 @@ class PruneStore:
             raise
 
     def _settle_policy(self, policy: Policy | None) -> Policy:
-        with db.transaction(self.engine, "read the store's policy", write=True) as driver:
+        with db.transaction(self.engine, "read the store's policy") as driver:  # a read: the store may be read-only
             recorded = driver.scalar(_GET_SETTING, {"name": "policy"})
-            if recorded is None:
-                policy = policy or Policy()
-                driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
-                return policy
+        if recorded is None:
+            with db.transaction(self.engine, "record the store's policy", write=True) as driver:
+                recorded = driver.scalar(_GET_SETTING, {"name": "policy"})  # another store may have been first
+                if recorded is None:
+                    policy = policy or Policy()
+                    driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                    return policy
         stored = Policy.from_json(recorded)
         if policy is not None and policy != stored:
             raise PolicyMismatchError(
@@ -310,30 +318,70 @@ class PruneStore:
         if not work:
             return deltas
         action = f"append to session {work[0][0]!r}" + (f" and {len(work) - 1} more" if len(work) > 1 else "")
+
+        def run(driver: Driver, writes: list[_Write]) -> dict[str, Delta]:
+            for name, states in work:
+                deltas[name] = self._append_locked(driver, name, states, writes)
+            return deltas
+
+        return self._writing(action, run)
+
+    def append_with(self, session: str, build: Callable[[SessionState], Message | Iterable[Message]]) -> Delta:
+        """Append what `build` makes of the session's state, read under the session's write lock.
+
+        For writers that derive a message from what the session holds (its
+        current turn, the message that defines a key: the call a tool result
+        answers) and must not race another writer doing the same: `build` runs
+        inside the transaction, after the lock, and may run again if the
+        database asks for a retry, so it should only compute.
+        """
+        name = _check_session_name(session)
+
+        def run(driver: Driver, writes: list[_Write]) -> Delta:
+            row, _ = lock_session_for_append(driver, name, [])
+            states = [new_state(m, self._tokens(m)) for m in _as_batch(build(SessionState(driver, row)))]
+            for state in states:
+                self._check_limits(state)
+            return self._append_locked(driver, name, states, writes, locked=row) if states else Delta()
+
+        return self._writing(f"append to session {name!r}", run)
+
+    def _writing(self, action: str, run: Callable[[Driver, list[_Write]], _T]) -> _T:
+        """Run `run` in a write transaction, again where PostgreSQL asks for it; then move the live cache on."""
         for attempt in range(_ATTEMPTS):
             writes: list[_Write] = []
             try:
                 with db.transaction(self.engine, action, write=True) as driver:
-                    for name, states in work:
-                        deltas[name] = self._append_locked(driver, name, states, writes)
+                    result = run(driver, writes)
             except DatabaseError as exc:
                 if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
                     raise
                 continue
             for write in writes:  # committed: move this store's cached live lists forward
                 self.live_cache.advance(*write)
-            return deltas
+            return result
         raise AssertionError("unreachable")
 
     def _append_locked(
-        self, driver: Driver, name: str, states: list[MsgState], writes: list[_Write] | None = None
+        self,
+        driver: Driver,
+        name: str,
+        states: list[MsgState],
+        writes: list[_Write] | None = None,
+        locked: SessionRow | None = None,
     ) -> Delta:
-        """Lock one session, skip retries, check turns, run the maintainer and write back.
+        """Lock one session (unless `locked` is its row), skip retries, check turns, run the maintainer, write back.
 
         What it wrote is added to `writes`, for the live cache once the transaction commits.
         """
         batch = [s.message for s in states if s.message is not None]
-        row, stored = lock_session_for_append(driver, name, list({s.id: None for s in states}))
+        ids = list({s.id: None for s in states})
+        if locked is None:
+            row, stored = lock_session_for_append(driver, name, ids)
+        else:
+            row = locked
+            found = driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids) if row.last_seq else []
+            stored = {m.id: m for m in map(stored_message, found)}
         before = row.stamp
         rows = SessionRows(driver, row)
         fresh: list[MsgState] = []
@@ -346,12 +394,16 @@ class PruneStore:
                 if not differing:
                     continue
                 raise DuplicateMessageError(
-                    f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}"
+                    f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}",
+                    session=name,
+                    message_id=message.id,
                 )
             if message.turn < turn:
                 raise TurnOrderError(
                     f"turn={message.turn}: message id={shorten(message.id)} is older than "
-                    f"the current turn {turn} of session {name!r}"
+                    f"the current turn {turn} of session {name!r}",
+                    session=name,
+                    message_id=message.id,
                 )
             turn = message.turn
             seen[message.id] = message
@@ -382,7 +434,7 @@ class PruneStore:
             assert row.stamp is not None  # write_back set it
             writes.append((name, row.session_id, before, row.stamp, seqs))
         added, removed = maintainer.delta()
-        return Delta(tuple(added), tuple(removed))
+        return Delta(tuple(added), tuple(removed), len(fresh))
 
     def _check_limits(self, state: MsgState) -> None:
         """Refuse a message larger than the store's limits (set when it is opened)."""
@@ -495,31 +547,53 @@ class PruneStore:
             if row is None:
                 raise SessionNotFoundError(f"session={shorten(name)}: no such session")
             cut = self._seq_of(driver, row, "after_message_id", after_message_id)
-            if cut == row.last_seq:
-                return Delta()
-            sid = row.session_id
-            journaled = last_append_at_or_before(driver, sid, cut + 1)
-            if journaled is None:
-                before = driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1})
-                driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
-                self._rebuild_session(driver, row, self.policy)
-                return _delta(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+            return self._cut(driver, name, row, cut)
 
-            undo = read_undo(driver, sid, *journaled)
-            tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
-            touched = list(undo.verdicts)
-            before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
-                (r[0], r[1], r[VERDICT_COLUMN]) for r in tail
-            ]
-            apply_undo(driver, sid, undo)
-            driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
-            driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
-            update_session(driver, row, undo.turn, undo.since - 1)
-            kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
-            if kept:
-                self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
-            after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
-            return _delta(before, after)
+    def _cut(self, driver: Driver, name: str, row: SessionRow, cut: int) -> Delta:
+        """Drop the locked session's messages after seq `cut` (0: all of them), restoring the state it had then."""
+        if cut == row.last_seq:
+            return Delta()
+        sid = row.session_id
+        journaled = last_append_at_or_before(driver, sid, cut + 1)
+        if journaled is None:
+            before = driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1})
+            driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
+            self._rebuild_session(driver, row, self.policy)
+            return _delta(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+
+        undo = read_undo(driver, sid, *journaled)
+        tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
+        touched = list(undo.verdicts)
+        before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
+            (r[0], r[1], r[VERDICT_COLUMN]) for r in tail
+        ]
+        apply_undo(driver, sid, undo)
+        driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
+        driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
+        update_session(driver, row, undo.turn, undo.since - 1)
+        kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
+        if kept:
+            self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
+        after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
+        return _delta(before, after)
+
+    def pop(self, session: str) -> StoredMessage | None:
+        """Remove the session's last message and return it (None for an empty or unknown session).
+
+        One transaction under the session's lock, so concurrent pops each take
+        a different message and a message appended meanwhile is never lost;
+        the state goes back to what it was before that message, as `truncate`
+        gives it.
+        """
+        name = _check_session_name(session)
+        self.live_cache.forget(name)
+        with db.transaction(self.engine, f"pop from session {name!r}", write=True) as driver:
+            row = lock_session(driver, name)
+            if row is None or row.last_seq == 0:
+                return None
+            last = driver.first(_MESSAGE_AT, {"sid": row.session_id, "seq": row.last_seq})
+            self._cut(driver, name, row, row.last_seq - 1)
+            return stored_message(last)
 
     def fork(self, session: str, at_message_id: str, new_session: str) -> None:
         """Start `new_session` with the messages of `session` up to and including `at_message_id`.

@@ -97,3 +97,16 @@ def open_store(store_url, api):
 @pytest.fixture
 def store(open_store) -> PruneStore:
     return open_store()
+
+
+INSTALLED_ENV = "PRUNESTORE_TEST_INSTALLED"
+
+
+def pytest_sessionstart(session):
+    """When the suite runs against an installed wheel, make sure that is the prunestore imported."""
+    prefix = os.environ.get(INSTALLED_ENV)
+    if prefix:
+        import prunestore
+
+        where = os.path.realpath(prunestore.__file__)
+        assert where.startswith(os.path.realpath(prefix)), f"prunestore imported from {where}, not from {prefix}"

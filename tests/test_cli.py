@@ -54,8 +54,14 @@ def test_db_upgrade_current_downgrade(cli, store_url):
     assert f"at revision {db.head_revision()}" in cli("db", "upgrade")
     with PruneStore(store_url) as store:
         store.append("s", Message("a", "user", "hi", 0))
-    assert "at revision base" in cli("db", "downgrade", "base")
+    cli("db", "downgrade", "base", input="n\n", code=1)  # asks first: base drops every table
+    with PruneStore(store_url) as store:
+        assert store.sessions() == ["s"]
+    assert "at revision base" in cli("db", "downgrade", "base", input="y\n")
     assert "at revision base" in cli("db", "current")
+    assert json.loads(cli("db", "upgrade", "--json")) == {"revision": db.head_revision(), "head": db.head_revision()}
+    assert json.loads(cli("db", "downgrade", "0001", "--yes", "--json"))["revision"] == "0001"
+    assert json.loads(cli("db", "current", "--json"))["revision"] == "0001"
 
 
 def test_import_and_db_analyze_refresh_planner_statistics(cli, store_url):
@@ -126,7 +132,8 @@ def test_append_reads_json_lines_from_stdin(cli):
         "live_added": ["a", "b"],
         "live_removed": [],
     }
-    assert "2 messages" in cli("append", "chat", input=lines)  # a retry: a no-op
+    assert "0 messages appended (2 already stored)" in cli("append", "chat", input=lines)  # a retry: a no-op
+    assert json.loads(cli("append", "chat", "--json", input=lines))["appended"] == 0
     assert [m["verdict"] for m in json.loads(cli("messages", "chat", "--json"))] == ["restored", "kept"]
 
 
@@ -184,7 +191,7 @@ def test_fork_then_truncate(cli):
     cli("truncate", "support-7", "u2", input="n\n", code=1)
     assert len(json.loads(cli("messages", "support-7", "--json"))) == len(ids)
     delta = json.loads(cli("truncate", "support-7", "u2", "--yes", "--json"))
-    assert set(delta) == {"live_added", "live_removed"} and delta["live_removed"]
+    assert set(delta) == {"live_added", "live_removed", "appended"} and delta["live_removed"]
     assert [m["id"] for m in json.loads(cli("live", "support-7", "--json"))] == [
         m["id"] for m in json.loads(cli("live", "branch", "--json"))
     ]
@@ -312,7 +319,9 @@ def test_demo_on_small_sizes(cli):
     assert [(r["workload"], r["turns"]) for r in rows] == [(w, n) for w in ("chat", "rag", "agent") for n in (5, 20)]
     assert all(r["incremental_equals_batch"] and r["idempotent"] for r in rows)
     assert all(r["required_kept"] == r["required"] for r in rows)
-    table = cli("demo", "--sizes", "5")
+    refused = cli("demo", "--sizes", "5", code=2)  # the store holds the demo's sessions: they are not replaced silently
+    assert "session='agent-5'" in refused and "--replace" in refused and len(refused.strip().splitlines()) == 1
+    table = cli("demo", "--sizes", "5", "--replace")
     assert "reduction" in table and "incremental state equals batch pruning" in table
     assert "prunestore explain" in table
 

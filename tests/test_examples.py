@@ -34,15 +34,28 @@ def test_chatbot_turns_on_the_test_backend(store_url, tmp_path):
     assert "verify: ok" in output
 
 
-def test_readme_python_blocks_run(tmp_path, monkeypatch):
+def readme_blocks(language: str) -> list[str]:
     readme = (EXAMPLES.parent / "README.md").read_text()
-    blocks = [b.split("```", 1)[0] for b in readme.split("```python\n")[1:]]
-    assert blocks
-    monkeypatch.chdir(tmp_path)
+    return [b.split("```", 1)[0] for b in readme.split(f"```{language}\n")[1:]]
+
+
+def test_readme_python_blocks_run_alone_and_twice(tmp_path, monkeypatch):
+    """Each block as a reader would try it: alone, in an empty folder, and then once more."""
+    blocks = readme_blocks("python")
+    assert len(blocks) >= 4
     monkeypatch.delenv("PRUNESTORE_URL", raising=False)
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
-    assert (tmp_path / "prunestore.db").exists()
+    for number, block in enumerate(blocks):
+        folder = tmp_path / f"block{number}"
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        for _ in range(2):
+            exec(compile(block, f"README.md block {number}", "exec"), {})
+
+
+def test_readme_json_lines_are_the_example_files_lines():
+    example = (EXAMPLES / "session.jsonl").read_text().splitlines()
+    (block,) = readme_blocks("json")
+    assert block.strip() and all(line in example for line in block.strip().splitlines())
 
 
 def test_readme_quick_start_matches_ci():
@@ -89,5 +102,7 @@ def test_fastapi_chatbot_over_http(store_url, monkeypatch):
                     sizes.append((body["prompt_messages"], body["stored_messages"]))
         assert client.post("/sessions/alice/messages", json={"content": "hello"}).json()["reply"] == "You said: hello"
         prompt = client.get("/sessions/alice/prompt").json()
+        unknown = client.get("/sessions/nobody/prompt")
+        assert unknown.status_code == 404 and "nobody" in unknown.json()["detail"]
     assert sum(1 for m in prompt if m["role"] == "tool") == 1  # older listings superseded, with their calls
     assert sizes[-1][1] == 16 and sizes[-1][0] < sizes[-1][1]  # 4 turns x 4 messages stored; fewer sent

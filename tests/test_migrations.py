@@ -1,22 +1,13 @@
-"""Alembic: the schema is created, removed and created again; the wheel carries the migrations."""
+"""Alembic: the schema is created, removed and created again."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import venv
-from pathlib import Path
-
-import pytest
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from prunestore import Message, PruneStore, db
 from prunestore.schema import VERSION_TABLE, metadata
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def tables(engine) -> set[str]:
@@ -70,50 +61,3 @@ def test_a_store_lives_beside_an_application_with_its_own_alembic_table(store_ur
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "app_rev_1"
     engine.dispose()
-
-
-@pytest.mark.sqlite
-@pytest.mark.slow
-def test_the_installed_wheel_creates_a_store(tmp_path):
-    """Build the wheel, install it in a fresh venv without the source tree, and open a store."""
-    wheel_dir = tmp_path / "wheel"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "--no-build-isolation",
-            "-q",
-            "-w",
-            str(wheel_dir),
-            str(ROOT),
-        ],
-        check=True,
-    )
-    (wheel,) = wheel_dir.glob("prunestore-*.whl")
-    env_dir = tmp_path / "venv"
-    venv.create(env_dir, with_pip=False)
-    python = env_dir / "bin" / "python"
-    subprocess.run(
-        [sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps", "-q", str(wheel)],
-        check=True,
-    )
-    code = (
-        "import prunestore, pathlib, sys\n"
-        "assert 'site-packages' in prunestore.__file__, prunestore.__file__\n"
-        "s = prunestore.PruneStore('sqlite:///' + sys.argv[1])\n"
-        "s.append('s', prunestore.Message('a', 'user', 'hi', 0))\n"
-        "print(len(s.live('s')), s.verify().ok)\n"
-    )
-    out = subprocess.run(
-        [str(python), "-c", code, str(tmp_path / "w.db")],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        # The dependencies come from this environment; .pth files (the editable install) are not read from here.
-        env={**os.environ, "PYTHONPATH": str(Path(sa.__file__).parents[1])},
-    )
-    assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["1", "True"]

@@ -51,7 +51,7 @@ def row_counts(store: PruneStore) -> dict[str, int]:
 def test_csv_example_end_to_end(store):
     store.append("chat", csv_session()[:-1])
     delta = store.append("chat", csv_session()[-1])
-    assert delta == Delta(live_added=("pref", "ask"), live_removed=())  # pref had expired at turn 20
+    assert delta == Delta(live_added=("pref", "ask"), live_removed=(), appended=1)  # pref had expired at turn 20
     live = store.live("chat")
     assert [m.id for m in live] == ["sys", "pref", "doc1", "ls2", "ask"]
     assert [m.seq for m in live] == [1, 2, 4, 6, 7]

@@ -1,0 +1,399 @@
+"""The command line as a person meets it: bad input is one line and exit 2, machine output parses.
+
+Each test drives the real `prunestore` command (click's runner, or a
+process where signals and installs matter) the way a new user would.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import pytest
+import sqlalchemy as sa
+from click.testing import CliRunner
+
+from prunestore import Message, PruneStore
+from prunestore.cli import main
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "session.jsonl"
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+def invoke(*args: str, input: str | None = None):
+    return CliRunner().invoke(main, list(args), input=input)
+
+
+def one_line_error(result, *needles: str) -> str:
+    """The run failed as a person should see it: exit 2, one line on standard error, no traceback."""
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert result.stdout == ""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+    return lines[0]
+
+
+@pytest.fixture
+def cli(store_url):
+    def run(*args: str, input: str | None = None, code: int = 0):
+        result = invoke("--db", store_url, *args, input=input)
+        assert result.exit_code == code, (result.output, result.exception)
+        return result
+
+    return run
+
+
+def lines_file(path: Path, messages: list[dict]) -> Path:
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def user(i: int, session: str = "s", turn: int | None = None) -> dict:
+    return {
+        "session": session,
+        "id": f"m{i}",
+        "role": "user",
+        "content": f"text {i}",
+        "turn": i if turn is None else turn,
+    }
+
+
+# -- the database URL -----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url, needles",
+    [
+        ("sqlite://relative.db", ["no host part", "sqlite:///relative.db"]),
+        ("prunestore.db", ["not a database URL", "sqlite:///prunestore.db"]),
+        ("mysql://me:hunter2@db.example/x", ["only sqlite and postgresql"]),
+    ],
+)
+def test_a_bad_url_says_how_to_write_it(url, needles):
+    line = one_line_error(invoke("--db", url, "sessions"), *needles)
+    assert "hunter2" not in line
+
+
+def test_a_password_is_never_echoed():
+    # Nothing listens on port 1: the connection fails, and the message must not carry the password.
+    result = invoke("--db", "postgresql://me:hunter2@127.0.0.1:1/x", "sessions")
+    line = one_line_error(result, "failed")
+    assert "hunter2" not in result.output and "hunter2" not in line
+
+
+def test_db_is_accepted_after_the_command_too(tmp_path):
+    url = f"sqlite:///{tmp_path / 'after.db'}"
+    result = invoke("import", str(EXAMPLE), "--db", url)
+    assert result.exit_code == 0, result.output
+    with PruneStore(url) as store:
+        assert store.sessions() == ["billing-3", "support-7"]
+    elsewhere = f"sqlite:///{tmp_path / 'other.db'}"
+    result = invoke("--db", elsewhere, "sessions", "--db", url, "--json")  # the later one wins
+    assert json.loads(result.stdout) == ["billing-3", "support-7"]
+
+
+@pytest.mark.sqlite
+def test_a_database_in_a_read_only_folder_can_be_read(tmp_path):
+    """WAL mode's side files cannot be made there; the store opens the file read-only and immutable instead."""
+    if shutil.which("unshare") is None:
+        pytest.fail("needs unshare (util-linux) to make a read-only bind mount")
+    source, mounted = tmp_path / "src", tmp_path / "ro"
+    source.mkdir()
+    mounted.mkdir()
+    url = f"sqlite:///{source / 'store.db'}"
+    assert invoke("--db", url, "import", str(EXAMPLE)).exit_code == 0
+    ro_url = f"sqlite:///{mounted / 'store.db'}"
+    prunestore = [sys.executable, "-m", "prunestore.cli", "--db", ro_url]
+    script = (
+        f"mount --bind {source} {mounted} && mount -o remount,bind,ro {mounted} || exit 99\n"
+        f"{' '.join(prunestore)} live support-7 --json > {tmp_path / 'live.json'} || exit 1\n"
+        f"echo '{json.dumps(user(99, turn=99)).replace(chr(39), '')}' | "
+        f"{' '.join(prunestore)} append > /dev/null 2> {tmp_path / 'append.err'}\n"
+        f"echo $? > {tmp_path / 'append.rc'}\n"
+    )
+    done = subprocess.run(["unshare", "-rm", "sh", "-c", script], capture_output=True, text=True, cwd=ROOT)
+    if done.returncode == 99:
+        pytest.fail(f"cannot make a read-only bind mount here: {done.stderr}")
+    assert done.returncode == 0, done.stderr
+    with PruneStore(url) as store:
+        expected = [m.id for m in store.live("support-7")]
+    assert [m["id"] for m in json.loads((tmp_path / "live.json").read_text())] == expected
+    assert (tmp_path / "append.rc").read_text().strip() == "2"  # a write fails cleanly
+    error = (tmp_path / "append.err").read_text()
+    assert "readonly database" in error and "Traceback" not in error
+    assert not (source / "store.db-wal").exists()
+
+
+# -- the schema ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_an_unknown_revision_is_one_line(cli, command):
+    args = ("db", command, "0009") + (("--yes",) if command == "downgrade" else ())
+    line = one_line_error(cli(*args, code=2), "revision='0009'", "known: base, 0001")
+    assert "0003" in line
+
+
+def test_downgrade_asks_and_the_question_goes_to_stderr(cli, store_url):
+    cli("import", str(EXAMPLE))
+    refused = cli("db", "downgrade", "base", "--json", input="n\n", code=1)
+    assert "drops every prunestore table" in refused.stderr and refused.stdout == ""
+    with PruneStore(store_url) as store:
+        assert len(store.sessions()) == 2
+
+
+# -- importing -------------------------------------------------------------------
+
+
+def test_invalid_utf8_names_the_file_and_line(cli, tmp_path):
+    source = tmp_path / "latin1.jsonl"
+    source.write_bytes(b'{"session": "s", "id": "a", "role": "user", "content": "caf\xe9", "turn": 0}\n')
+    one_line_error(cli("import", str(source), code=2), "latin1.jsonl, line 1", "not UTF-8")
+
+
+def test_gzip_files_are_read(cli, store_url, tmp_path):
+    packed = tmp_path / "session.jsonl.gz"
+    packed.write_bytes(gzip.compress(EXAMPLE.read_bytes()))
+    summary = json.loads(cli("import", str(packed), "--json").stdout)
+    assert summary["messages"] == 12 and summary["sessions"] == 2
+    transcript = tmp_path / "agent.json.gz"
+    transcript.write_bytes(gzip.compress((FIXTURES / "openai_agent.json").read_bytes()))
+    assert json.loads(cli("import", "--format", "openai", str(transcript), "--json").stdout)["messages"] == 298
+    broken = tmp_path / "broken.jsonl.gz"
+    broken.write_bytes(gzip.compress(EXAMPLE.read_bytes())[:-20])
+    one_line_error(cli("import", str(broken), code=2), "broken.jsonl.gz")
+
+
+@pytest.mark.parametrize("size", ["0", "-5"])
+def test_batch_size_must_be_positive(cli, size):
+    result = cli("import", "--batch-size", size, str(EXAMPLE), code=2)
+    assert "--batch-size" in result.output and "Traceback" not in result.output
+
+
+def test_counts_leave_out_what_was_stored_already(cli):
+    first = json.loads(cli("import", str(EXAMPLE), "--json").stdout)
+    assert (first["messages"], first["already_stored"], first["sessions"]) == (12, 0, 2)
+    again = cli("import", str(EXAMPLE))
+    assert "imported 0 messages (12 already stored) in 0 sessions" in again.stdout
+    line = json.dumps({k: v for k, v in json.loads(EXAMPLE.read_text().splitlines()[0]).items() if k != "session"})
+    assert json.loads(cli("append", "support-7", "--json", input=line).stdout)["appended"] == 0
+
+
+def test_errors_name_the_file_and_say_what_was_kept(cli, store_url, tmp_path):
+    good = lines_file(tmp_path / "good.jsonl", [user(i) for i in range(3)])
+    bad = lines_file(tmp_path / "bad.jsonl", [user(10, "t"), {"session": "t", "id": "x", "role": "robot"}])
+    line = one_line_error(cli("import", str(good), str(bad), code=2), "bad.jsonl, line 2")
+    assert "the 3 messages imported before it are stored" in line
+    with PruneStore(store_url) as store:
+        assert store.sessions() == ["s"]
+
+
+def test_turn_order_and_duplicate_errors_carry_their_line(cli, tmp_path):
+    backwards = lines_file(tmp_path / "backwards.jsonl", [user(0, turn=5), user(1, turn=6), user(2, turn=3)])
+    one_line_error(cli("import", str(backwards), code=2), "backwards.jsonl, line 3", "turn=3")
+    changed = dict(user(0, turn=5), content="other text")
+    clash = lines_file(tmp_path / "clash.jsonl", [user(7, turn=7), changed])
+    one_line_error(cli("import", str(clash), code=2), "clash.jsonl, line 2", "id='m0'")
+
+
+def test_ctrl_c_stops_an_import_in_one_line_and_loses_nothing(tmp_path):
+    source = lines_file(
+        tmp_path / "big.jsonl",
+        [
+            {"session": f"s{i % 5}", "id": f"m{i}", "role": "user", "content": f"passage {i} REF:k", "turn": i // 50}
+            for i in range(60_000)
+        ],
+    )
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    command = [sys.executable, "-m", "prunestore.cli", "--db", url, "import", "--batch-size", "500", str(source)]
+    # A terminal's Ctrl-C reaches the whole process group: the import and its workers.
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    engine = sa.create_engine(url)
+    deadline, stored = time.monotonic() + 60, 0
+    while time.monotonic() < deadline and child.poll() is None and stored < 3000:
+        time.sleep(0.05)
+        try:
+            with engine.connect() as conn:
+                stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+        except sa.exc.OperationalError:
+            continue
+    os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    engine.dispose()
+    assert child.returncode == 130, (out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "Interrupted" in err and "run the same command again" in err
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    with PruneStore(url) as store:
+        assert sum(len(store.messages(s)) for s in store.sessions()) == 60_000
+        assert store.verify().ok
+
+
+def test_a_transcript_in_the_other_format_is_refused(cli, store_url):
+    line = one_line_error(
+        cli("import", "--format", "openai", str(FIXTURES / "anthropic_agent.json"), code=2),
+        "anthropic_agent.json",
+        "not a Chat Completions content part",
+        "--format anthropic",
+    )
+    assert "tool_use" in line or "tool_result" in line
+    one_line_error(cli("import", "--format", "anthropic", str(FIXTURES / "openai_agent.json"), code=2), "openai_agent")
+    with PruneStore(store_url) as store:
+        assert store.sessions() == []
+
+
+def test_transcripts_are_checked_before_anything_is_written(cli, store_url, tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text('[{"role": "robot", "content": "x"}]')
+    one_line_error(
+        cli("import", "--format", "openai", str(FIXTURES / "openai_agent.json"), str(bad), code=2), "bad.json"
+    )
+    with PruneStore(store_url) as store:
+        assert store.sessions() == []
+
+
+def test_an_empty_transcript_creates_and_reports_nothing(cli, store_url, tmp_path):
+    empty = tmp_path / "empty.json"
+    empty.write_text("[]")
+    summary = json.loads(cli("import", "--format", "openai", str(empty), "--json").stdout)
+    assert (summary["messages"], summary["sessions"]) == (0, 0)
+    with PruneStore(store_url) as store:
+        assert store.sessions() == []
+
+
+def test_keys_given_as_a_string_are_explained_as_a_list(cli):
+    line = '{"id": "a", "role": "user", "content": "x", "turn": 0, "refs": "k1"}'
+    one_line_error(cli("append", "s", input=line, code=2), "line 1: refs='k1'", "must be a list of keys")
+
+
+# -- appending -------------------------------------------------------------------
+
+
+def test_append_follows_the_session_field(cli, store_url):
+    lines = "\n".join(json.dumps(user(i, session=f"s{i % 2}")) for i in range(4))
+    result = json.loads(cli("append", "--json", input=lines).stdout)
+    assert result["appended"] == 4 and set(result["sessions"]) == {"s0", "s1"}
+    one_line_error(cli("append", "other", input=json.dumps(user(9, session="s0")), code=2), "session='s0' differs")
+    assert json.loads(cli("append", "s0", "--json", input=json.dumps(user(8, session="s0"))).stdout)["appended"] == 1
+    one_line_error(cli("append", input=json.dumps({**user(7), "session": None}), code=2), "line 1: session=None")
+    with PruneStore(store_url) as store:
+        assert [m.id for m in store.messages("s0")] == ["m0", "m2", "m8"]
+
+
+# -- printing ----------------------------------------------------------------------
+
+
+def leaf_commands(group: click.Group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from leaf_commands(command, prefix + (name,))
+        else:
+            yield prefix + (name,), command
+
+
+@pytest.mark.parametrize("path", [p for p, _ in leaf_commands(main)], ids=" ".join)
+def test_every_command_takes_json_and_db(path):
+    command = dict(leaf_commands(main))[path]
+    options = {opt for param in command.params for opt in getattr(param, "opts", [])}
+    assert {"--json", "--db"} <= options
+
+
+def test_every_command_prints_json_that_parses(cli, store_url):
+    """Each command with --json prints one JSON document on standard output, whatever it asks or reports."""
+    cli("import", str(EXAMPLE))
+    runs = [
+        ("sessions",),
+        ("stats",),
+        ("stats", "support-7"),
+        ("live", "support-7"),
+        ("messages", "support-7"),
+        ("explain", "support-7", "t1"),
+        ("verify",),
+        ("render", "support-7"),
+        ("render", "support-7", "--format", "anthropic"),
+        ("render", "support-7", "--format", "text"),
+        ("fork", "support-7", "u2", "branch"),
+        ("truncate", "branch", "u1"),  # asks on standard error; answered below
+        ("rebuild", "--all"),
+        ("rebuild", "support-7"),
+        ("delete", "branch"),
+        ("db", "current"),
+        ("db", "upgrade"),
+        ("db", "analyze"),
+        ("demo", "--sizes", "3"),
+    ]
+    for args in runs:
+        result = cli(*args, "--json", input="y\n")
+        json.loads(result.stdout), args
+    rendered = json.loads(cli("render", "support-7", "--json").stdout)
+    assert rendered["format"] == "openai" and rendered["report"]["messages_out"] == len(rendered["messages"])
+    assert json.loads(cli("fork", "support-7", "u2", "b2", "--json").stdout)["session"] == "b2"
+
+
+def test_truncate_json_is_not_broken_by_its_question(cli):
+    cli("import", str(EXAMPLE))
+    result = cli("truncate", "support-7", "u2", "--json", input="y\n")
+    assert "Drop every message" in result.stderr
+    assert set(json.loads(result.stdout)) == {"live_added", "live_removed", "appended"}
+
+
+def test_control_characters_are_shown_escaped(cli, store_url):
+    with PruneStore(store_url) as store:
+        store.append("s", Message("a", "user", "nul\x00 esc\x1b[31mred bidi\u202eevil", 0))
+    table = cli("live", "s").stdout
+    assert "\x00" not in table and "\x1b" not in table and "\u202e" not in table
+    assert "nul\\x00 esc\\x1b[31mred bidi\\u202eevil" in table
+    assert json.loads(cli("live", "s", "--json").stdout)[0]["content"] == "nul\x00 esc\x1b[31mred bidi\u202eevil"
+
+
+def test_explain_agrees_in_number(store):
+    store.append("s", [Message("d", "user", "DEFINE:k", 0, expires_after_turn=0), Message("r", "user", "REF:k", 1)])
+    assert "which 'r' refers to" in store.explain("s", "d").reason
+    store.append("s", Message("r2", "user", "REF:k", 1))
+    assert "which 'r', 'r2' refer to" in store.explain("s", "d").reason
+
+
+@pytest.mark.sqlite
+def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path):
+    import prunestore.bench
+
+    def measured(*args, **kwargs):
+        raise AssertionError("the benchmark ran before the missing matplotlib was noticed")
+
+    monkeypatch.setitem(sys.modules, "matplotlib", None)
+    monkeypatch.setattr(prunestore.bench, "compare_per_turn", measured)
+    one_line_error(invoke("bench", "--turns", "5", "--plot", str(tmp_path / "p.png")), "prunestore[plot]")
+
+
+# -- extras ------------------------------------------------------------------------
+
+
+def test_each_example_names_an_extra_that_brings_what_it_imports():
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "aiosqlite", "sqlalchemy[asyncio]"})}
+    needs["langchain_agent.py"] = ("langchain", {"langchain-core"})
+    for example, (extra, packages) in needs.items():
+        assert f"pip install 'prunestore[{extra}]'" in (ROOT / "examples" / example).read_text()
+        assert packages <= {requirement.split(">=")[0] for requirement in extras[extra]}, extra
+
+
+def test_a_missing_asyncio_driver_names_the_extra(monkeypatch):
+    from prunestore import AsyncPruneStore, PruneStoreError
+
+    monkeypatch.setitem(sys.modules, "aiosqlite", None)
+    with pytest.raises(PruneStoreError, match=r"pip install 'prunestore\[asyncio\]'"):
+        AsyncPruneStore("sqlite:///never.db")
