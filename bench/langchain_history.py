@@ -1,27 +1,31 @@
 """Per-turn cost of prunestore's LangChain history against LangChain's own SQL chat message history.
 
 For each size (100, 1,000 and 10,000 messages of history, an agent-like mix
-of user turns, tool calls whose results go stale and answers), one session
-per history class on one SQLite file each. A turn appends a human message,
-an AI message with a tool call, its result and an answer, then reads the
-history the model gets (`history.messages`). Turns are taken round robin
-across sizes and classes, so noise falls on all alike. Prints the p50 ms of a
-turn and the messages the model gets.
+of user turns, tool calls whose results go stale and answers; and 100,000 for
+prunestore alone), one session per history class on one SQLite file each. A
+turn makes a new history object, as a `get_session_history` factory does,
+appends a human message, an AI message with a tool call, its result and an
+answer, then reads the history the model gets (`history.messages`). Turns
+are taken round robin across sizes and classes, so noise falls on all alike.
+Prints the p50 ms of a turn, the messages the model gets, and the ratios.
 
     pip install langchain-community      # for SQLChatMessageHistory (not a prunestore dependency)
-    python bench/langchain_history.py [--sizes 100,1000,10000] [--turns 30]
+    python bench/langchain_history.py [--sizes 100,1000,10000] [--solo-sizes 100000] [--turns 30]
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import tempfile
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
+from langchain_core.chat_history import BaseChatMessageHistory
 from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
 
 from prunestore import PruneStore
@@ -48,39 +52,53 @@ def main() -> int:
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="100,1000,10000")
+    parser.add_argument("--solo-sizes", default="100000", help="Sizes measured for prunestore alone.")
     parser.add_argument("--turns", type=int, default=30)
+    parser.add_argument("--cache-mib", type=int, default=512, help="prunestore's live_cache_bytes, in MiB.")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    solo = [int(s) for s in args.solo_sizes.split(",") if s]
     with tempfile.TemporaryDirectory() as tmp:
-        store = PruneStore(f"sqlite:///{Path(tmp) / 'prunestore.db'}")
-        histories = {}
-        for size in sizes:
-            ours = PrunedChatMessageHistory(f"s{size}", store)
-            theirs = SQLChatMessageHistory(f"s{size}", connection=f"sqlite:///{Path(tmp) / 'langchain.db'}")
-            for n in range(size // 4):
-                batch = turn_messages(n)
-                ours.add_messages(batch)
-                theirs.add_messages(batch)
-            histories[size] = {"prunestore": [ours, size // 4], "langchain SQL": [theirs, size // 4]}
-            print(f"  built {size:,} messages", flush=True)
-        timings = {(size, name): [] for size in sizes for name in ("prunestore", "langchain SQL")}
+        # A session of 100,000 messages takes about 150 MB of cache (the default holds 64 MiB).
+        store = PruneStore(f"sqlite:///{Path(tmp) / 'prunestore.db'}", live_cache_bytes=args.cache_mib * 2**20)
+        theirs_url = f"sqlite:///{Path(tmp) / 'langchain.db'}"
+        factories: dict[str, Callable[[str], BaseChatMessageHistory]] = {
+            "prunestore": lambda session: PrunedChatMessageHistory(session, store),
+            "langchain SQL": lambda session: SQLChatMessageHistory(session, connection=theirs_url),
+        }
+        runs = [(size, name) for size in sizes for name in factories] + [(size, "prunestore") for size in solo]
+        turn_of = {}
+        for size, name in runs:
+            history = factories[name](f"s{size}")
+            for start in range(0, size // 4, 250):  # history built in batches of 1,000 messages
+                history.add_messages([m for n in range(start, min(start + 250, size // 4)) for m in turn_messages(n)])
+            turn_of[size, name] = size // 4
+            print(f"  built {size:,} messages for {name}", flush=True)
+        timings: dict[tuple[int, str], list[float]] = {run: [] for run in runs}
         sent = {}
         for _ in range(args.turns):
-            for size in sizes:
-                for name, entry in histories[size].items():
-                    history, n = entry
-                    start = time.perf_counter()
-                    history.add_messages(turn_messages(n))
-                    prompt = history.messages
-                    timings[(size, name)].append((time.perf_counter() - start) * 1000)
-                    sent[(size, name)] = len(prompt)
-                    entry[1] = n + 1
+            for run in runs:
+                size, name = run
+                gc.collect()  # so that one run's garbage is not collected in another's turn
+                start = time.perf_counter()
+                history = factories[name](f"s{size}")  # a new object per turn, as get_session_history makes
+                history.add_messages(turn_messages(turn_of[run]))
+                prompt = history.messages
+                timings[run].append((time.perf_counter() - start) * 1000)
+                sent[run] = len(prompt)
+                del prompt, history  # freed here, not in the next run's timed turn
+                turn_of[run] += 1
         store.close()
+    p50 = {run: statistics.median(times) for run, times in timings.items()}
     print(f"{'messages':>9} {'history':<14} {'p50 ms/turn':>12} {'messages sent':>14}")
+    for run in runs:
+        print(f"{run[0]:>9,} {run[1]:<14} {p50[run]:>12.2f} {sent[run]:>14,}")
     for size in sizes:
-        for name in ("prunestore", "langchain SQL"):
-            p50 = statistics.median(timings[(size, name)])
-            print(f"{size:>9,} {name:<14} {p50:>12.2f} {sent[(size, name)]:>14,}")
+        print(f"langchain SQL / prunestore at {size:,}: {p50[size, 'langchain SQL'] / p50[size, 'prunestore']:.1f}x")
+    smallest = min(sizes)
+    for size in sorted(set(sizes + solo) - {smallest}):
+        ratio = p50[size, "prunestore"] / p50[smallest, "prunestore"]
+        print(f"prunestore at {size:,} / at {smallest:,}: {ratio:.2f}x")
     return 0
 
 

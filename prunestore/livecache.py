@@ -24,11 +24,12 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from operator import itemgetter
-from typing import cast
+from typing import Any, cast
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
 from .storage import SessionRow, stored_message
+from .views import ViewEntry
 
 __all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes"]
 
@@ -127,11 +128,16 @@ def _with(items: list, insertions: Iterable[tuple[int, object]]) -> list:
 
 
 class LiveCache:
-    """Entries by session name, least recently used first, within about `max_bytes` of memory."""
+    """Entries by session name (and view), least recently used first, within about `max_bytes` of memory.
+
+    Each session has its live list (view None) and any `views.View` an
+    adapter asked for; a write moves all of them forward together.
+    """
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[str, Entry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str | None], Entry | ViewEntry] = OrderedDict()
+        self._views: dict[str, set[str | None]] = {}  # session name -> the views it has entries for
         self._size = 0
         self._lock = threading.Lock()
 
@@ -143,47 +149,55 @@ class LiveCache:
         """The estimated bytes held."""
         return self._size
 
-    def get(self, name: str, session: SessionRow) -> Entry | None:
-        """The entry of this session if it holds the state `session` was read at."""
+    def get(self, name: str, session: SessionRow, view: str | None = None) -> Any:
+        """The entry of this session (and view) if it holds the state `session` was read at."""
         with self._lock:
-            entry = self._entries.get(name)
+            entry = self._entries.get((name, view))
             if entry is None or entry.sid != session.session_id or entry.stamp != session.stamp:
                 return None
-            self._entries.move_to_end(name)
+            self._entries.move_to_end((name, view))
             return entry
 
-    def put(self, name: str, entry: Entry) -> None:
+    def put(self, name: str, entry: Entry | ViewEntry, view: str | None = None) -> None:
         if entry.size > self.max_bytes:
-            self.forget(name)
+            with self._lock:
+                self._drop((name, view))
             return
         with self._lock:
-            self._drop(name)
-            self._entries[name] = entry
+            self._drop((name, view))
+            self._entries[name, view] = entry
+            self._views.setdefault(name, set()).add(view)
             self._size += entry.size
             while self._size > self.max_bytes:
                 self._drop(next(iter(self._entries)))
 
     def advance(self, name: str, sid: int, before: int | None, after: int, seqs: Iterable[int]) -> None:
         """Record a committed write of this store that took the session from stamp `before` to `after`."""
+        seqs = frozenset(seqs)
         with self._lock:
-            entry = self._entries.get(name)
-            if entry is None:
-                return
-            if entry.sid == sid and entry.stamp == before:
-                self._entries[name] = replace(entry, stamp=after, pending=entry.pending.union(seqs))
-            else:  # someone else wrote in between: the entry can never match again
-                self._drop(name)
+            for view in list(self._views.get(name, ())):
+                entry = self._entries[name, view]
+                if entry.sid == sid and entry.stamp == before:
+                    self._entries[name, view] = replace(entry, stamp=after, pending=entry.pending.union(seqs))
+                else:  # someone else wrote in between: the entry can never match again
+                    self._drop((name, view))
 
     def forget(self, name: str | None = None) -> None:
-        """Drop one session's entry, or (with None) all of them."""
+        """Drop one session's entries, or (with None) all of them."""
         with self._lock:
             if name is None:
                 self._entries.clear()
+                self._views.clear()
                 self._size = 0
             else:
-                self._drop(name)
+                for view in list(self._views.get(name, ())):
+                    self._drop((name, view))
 
-    def _drop(self, name: str) -> None:
-        entry = self._entries.pop(name, None)
+    def _drop(self, key: tuple[str, str | None]) -> None:
+        entry = self._entries.pop(key, None)
         if entry is not None:
             self._size -= entry.size
+            views = self._views[key[0]]
+            views.discard(key[1])
+            if not views:
+                del self._views[key[0]]

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -61,6 +61,7 @@ from .storage import (
 )
 from .text import count_tokens
 from .undo import CLEAR_JOURNAL, apply_undo, journal_entry, last_append_at_or_before, read_undo
+from .views import Form, View, ViewEntry
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
@@ -83,6 +84,7 @@ _LIVE_BY_SEQ = Statement(
     "AND seq IN :seqs AND verdict IN ('kept', 'restored')"
 )
 _ALL = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+_ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 _AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
@@ -215,16 +217,17 @@ class PruneStore:
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
-        self._open(db.make_engine(self.url), policy, tokenizer, max_content_bytes, max_metadata_bytes, live_cache_bytes)
+        engine = db.make_engine(self.url)
+        self._open(engine, policy, tokenizer, max_content_bytes, max_metadata_bytes, LiveCache(live_cache_bytes))
 
     @classmethod
-    def _over(cls, engine: Engine, url: str, policy: Policy | None, *options) -> PruneStore:
-        """A store over an engine made elsewhere: `AsyncPruneStore` runs this class on its asyncio engine."""
+    def _over(cls, engine: Engine, url: str, policy: Policy | None, *options, live_cache: LiveCache) -> PruneStore:
+        """A store over an engine made elsewhere: `AsyncPruneStore` runs this class on its asyncio engines."""
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         store = cls.__new__(cls)
         store.url = url
-        store._open(engine, policy, *options)
+        store._open(engine, policy, *options, live_cache)
         return store
 
     def _open(
@@ -234,13 +237,13 @@ class PruneStore:
         tokenizer: Callable[[str], int],
         max_content_bytes: int,
         max_metadata_bytes: int,
-        live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
+        live_cache: LiveCache,
     ) -> None:
         self.engine = engine
         self.tokenizer = tokenizer
         self.max_content_bytes = max_content_bytes
         self.max_metadata_bytes = max_metadata_bytes
-        self.live_cache = LiveCache(live_cache_bytes)
+        self.live_cache = live_cache
         try:
             db.ensure_schema(self.engine)
             self.policy = self._settle_policy(policy)
@@ -659,6 +662,29 @@ class PruneStore:
                 entry = entry.patched(fresh)
                 self.live_cache.put(session, entry)
         return entry.messages()
+
+    def view(self, session: str, form: Form) -> list[Any]:
+        """The session's prompt as a framework's objects (see `prunestore.views`), in append order.
+
+        Kept in memory beside the live list, and patched the same way: a call
+        after this store's own append reads the session's row and the rows
+        that append changed. The list is new on every call; the objects in it
+        are shared between calls and must not be changed.
+        """
+        cached = self.live_cache.max_bytes > 0
+        with db.transaction(self.engine, f"read session {session!r}", snapshot=cached) as driver:
+            row = self._session(driver, session)
+            entry = self.live_cache.get(session, row, form.name) if cached and row.stamp is not None else None
+            if entry is None:
+                view = View(form)
+                view.apply(driver.all(_ALL, {"sid": row.session_id}))
+                if cached and row.stamp is not None:
+                    self.live_cache.put(session, ViewEntry(row.session_id, row.stamp, view, view.size), form.name)
+                return view.prompt()
+            if entry.pending:
+                entry.view.apply(driver.chunks(_ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending)))
+                self.live_cache.put(session, ViewEntry(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
+        return entry.view.prompt()
 
     def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
         """Every message of the session with its verdict, in append order; with `ids`, only those.

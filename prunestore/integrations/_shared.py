@@ -1,0 +1,66 @@
+"""What the framework adapters share: call keys, and reading the calls a stored message made.
+
+A message that makes tool calls defines one dependency key per call, and
+each result refers to the key of the call it answers. The store's key index
+then says, for any call id, which message made the latest call with it (the
+adapter reads the call's tool name and arguments from there, under the
+session's lock, to key the result), and restoration keeps a call's message
+alive while its result is live.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Sequence
+from dataclasses import replace
+from typing import Any
+
+from ..formats import _Importer
+from ..model import Message
+from ..storage import SessionState
+from ..text import KEY_PATTERN
+
+__all__ = ["call_key", "importer_after", "with_call_keys"]
+
+_MAX_PLAIN_ID = 100
+
+
+def call_key(call_id: str) -> str:
+    """The dependency key of a tool call: ``call-<id>``, or a hash of the id where the id is not a key."""
+    if len(call_id) <= _MAX_PLAIN_ID and KEY_PATTERN.fullmatch(call_id):
+        return f"call-{call_id}"
+    return "call-" + hashlib.sha256(call_id.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def importer_after(
+    state: SessionState,
+    answered: Iterable[str],
+    calls_of: Any,
+    options: dict[str, Any],
+) -> _Importer:
+    """An importer at the session's turn that knows the stored calls these results answer.
+
+    `calls_of(stored)` gives ``(call id, tool name, arguments)`` for each call
+    a stored message made.
+    """
+    importer = _Importer(
+        options.get("document_tools", ()),
+        options.get("keep_tools", ()),
+        options.get("ttl") or {},
+        options.get("keys_of"),
+        None,
+        turn=state.current_turn,
+    )
+    wanted = set(answered)
+    for stored in state.definers(call_key(c) for c in wanted).values():
+        for call_id, name, arguments in calls_of(stored):
+            if call_id in wanted:
+                importer.calls[call_id] = (name, arguments)
+    return importer
+
+
+def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str | None = None) -> Message:
+    """`message` defining the keys of the calls it makes, or referring to the key of the call it answers."""
+    defines = message.defines + tuple(call_key(c) for c in makes)
+    refs = message.refs + ((call_key(answers),) if answers is not None else ())
+    return replace(message, defines=defines, refs=refs)

@@ -1,0 +1,157 @@
+"""A session's prompt in a framework's own objects, kept up to date from each append like the live list.
+
+An adapter (LangChain, the Agents SDK) describes its objects with a `Form`:
+what a stored message becomes, which tool calls it makes or answers, and how
+to send it without some of its calls. A `View` turns the session's messages
+into the prompt:
+
+- a live message is sent as it was given, in append order;
+- a tool call is removed from its message when its result is stored and
+  pruned; a call with no result yet stays (it is the newest thing in the
+  conversation, and its result is on its way);
+- a message left with no calls and no content is not sent; a message that
+  was empty as given is;
+- a pruned message whose calls have live results is sent with those calls
+  only, so no result goes without its call.
+
+A result answers the latest call with its call id made before it (providers
+reuse ids). The view keeps, per message that makes or answers calls, only
+what these rules need, and applies changed rows in time proportional to the
+rows: after the store's own append, `PruneStore.view` reads the rows that
+append changed and patches the prompt, as `live()` does for the live list.
+"""
+
+from __future__ import annotations
+
+import threading
+from bisect import bisect_left
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from operator import itemgetter
+from typing import Any, Protocol
+
+from .model import StoredMessage
+from .storage import stored_message
+
+__all__ = ["Form", "Unit", "View", "ViewEntry"]
+
+_SEQ = itemgetter(0)
+_ITEM_OVERHEAD = (
+    1150  # bytes a message costs beyond its text: the framework's object and this view's bookkeeping (tracemalloc)
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """What one stored message is to a framework: its object, the calls it makes, the call it answers."""
+
+    item: Any
+    calls: tuple[str, ...] = ()
+    answers: str | None = None
+
+
+class Form(Protocol):
+    """A framework's objects, as a `View` needs them."""
+
+    name: str  # names the view in the store's cache
+
+    def unit(self, message: StoredMessage) -> Unit:
+        """The framework's object for a stored message, with the call ids it makes or answers."""
+        ...
+
+    def without_calls(self, item: Any, dropped: frozenset[str]) -> Any | None:
+        """`item` without the calls in `dropped`; None when nothing is left to send."""
+        ...
+
+
+@dataclass
+class View:
+    """The prompt of one session in one `Form`, and what it takes to patch it.
+
+    `apply` is idempotent (a row applied twice changes nothing more), so two
+    threads patching with the same rows agree.
+    """
+
+    form: Form
+    order: list[int] = field(default_factory=list)  # seqs of the items sent, ascending
+    items: list[Any] = field(default_factory=list)
+    callers: dict[int, Unit] = field(default_factory=dict)  # every message that makes calls
+    live: dict[int, bool] = field(default_factory=dict)  # of callers and results
+    answered: dict[int, dict[str, int]] = field(default_factory=dict)  # caller seq -> call id -> result seq
+    owners: dict[int, int] = field(default_factory=dict)  # result seq -> the caller it answers
+    latest: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest caller
+    last_seq: int = 0
+    size: int = 0
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def apply(self, rows: Iterable[tuple]) -> None:
+        """Take in rows read with `storage.FULL_COLUMNS` (new ones, and old ones whose verdict changed)."""
+        with self.lock:
+            sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
+            dirty: set[int] = set()
+            for row in sorted(rows, key=_SEQ):
+                message = stored_message(row)
+                seq, live = message.seq, message.live
+                unit = self.form.unit(message) if seq > self.last_seq or seq not in self.callers else None
+                if seq > self.last_seq:
+                    self._register(seq, unit, len(message.content) + len(row[6] or ""))
+                if seq in self.live:  # it makes calls, or answers one
+                    self.live[seq] = live
+                    dirty.add(self.owners.get(seq, seq))
+                if unit is not None and seq not in self.callers:
+                    sent[seq] = unit.item if live else None
+                dirty.add(seq)
+            for seq in sorted(dirty):
+                self._place(seq, self._render(seq, sent))
+
+    def _register(self, seq: int, unit: Unit | None, text_size: int) -> None:
+        """Index a message new to the view: the calls it makes, or which caller it answers."""
+        assert unit is not None
+        self.last_seq = seq
+        self.size += text_size + _ITEM_OVERHEAD
+        if unit.calls:
+            self.callers[seq], self.answered[seq], self.live[seq] = unit, {}, False
+            for call in unit.calls:
+                self.latest[call] = seq
+        elif unit.answers is not None:
+            caller = self.latest.get(unit.answers)
+            if caller is not None:  # a result whose call the session does not hold is an ordinary message
+                self.answered[caller][unit.answers] = seq
+                self.owners[seq], self.live[seq] = caller, False
+
+    def _render(self, seq: int, sent: dict[int, Any | None]) -> Any | None:
+        caller = self.callers.get(seq)
+        if caller is None:
+            return sent[seq]
+        results = self.answered[seq]
+        pruned = frozenset(c for c in caller.calls if c in results and not self.live[results[c]])
+        if self.live[seq]:
+            return self.form.without_calls(caller.item, pruned) if pruned else caller.item
+        needed = frozenset(c for c in caller.calls if c in results and self.live[results[c]])
+        return self.form.without_calls(caller.item, frozenset(caller.calls) - needed) if needed else None
+
+    def _place(self, seq: int, item: Any | None) -> None:
+        i = bisect_left(self.order, seq)
+        if i < len(self.order) and self.order[i] == seq:
+            if item is None:
+                del self.order[i], self.items[i]
+            else:
+                self.items[i] = item
+        elif item is not None:
+            self.order.insert(i, seq)
+            self.items.insert(i, item)
+
+    def prompt(self) -> list[Any]:
+        with self.lock:
+            return self.items[:]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewEntry:
+    """A `View` in the store's cache, as of `stamp`, once the rows at the `pending` seqs are applied."""
+
+    sid: int
+    stamp: int
+    view: View
+    size: int
+    pending: frozenset[int] = frozenset()
