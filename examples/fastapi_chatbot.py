@@ -1,12 +1,15 @@
 """A multi-session chat endpoint on FastAPI whose every prompt is built from the live history.
 
 POST /sessions/{session}/messages {"content": "..."} stores the user's
-message, builds the prompt from what is live (`AsyncPruneStore.render`),
-asks the model (a stub here: it lists files when asked about files, which
-makes the older listings stale), stores what it said, and returns the reply
-with the sizes of the prompt and of the stored history.
+message, builds the prompt from what is live (`OpenAIChatHistory`: the pruned
+Chat Completions messages, kept in the store's cache and patched from each
+append, so a turn costs the same at any length), asks the model (a stub
+here: it lists files when asked about files, which makes the older listings
+stale), stores what it said, and returns the reply with the sizes of the
+prompt and of the stored history. Concurrent requests on one session are
+safe: turns and tool keys are read from the store as each message is stored.
 
-    pip install 'prunestore[asyncio]' fastapi uvicorn
+    pip install fastapi uvicorn
     python examples/fastapi_chatbot.py         # PRUNESTORE_URL, else sqlite:///prunestore.db
 """
 
@@ -15,14 +18,13 @@ from __future__ import annotations
 import json
 import uuid
 from contextlib import asynccontextmanager
-from dataclasses import replace
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
 
-from prunestore import AsyncPruneStore, SessionNotFoundError
-from prunestore.formats import Continuation, from_openai
+from prunestore import AsyncPruneStore, SessionNotFoundError, count_tokens
+from prunestore.integrations.openai_chat import OpenAIChatHistory
 
 FILES = ["orders.csv", "refunds.csv"]
 
@@ -71,32 +73,21 @@ async def no_such_session(request: Request, exc: SessionNotFoundError) -> JSONRe
 @app.post("/sessions/{session}/messages")
 async def chat(session: str, message: UserMessage) -> Reply:
     store: AsyncPruneStore = app.state.store
-    try:
-        continuation = Continuation.after(await store.messages(session))
-    except SessionNotFoundError:
-        continuation = Continuation()
-
-    async def store_openai(*items: dict) -> None:
-        # Random ids (a tool result keeps its call id), so concurrent requests never collide.
-        messages = from_openai(list(items), continuation=continuation)
-        await store.append(
-            session, [m if m.role == "tool_output" else replace(m, id=uuid.uuid4().hex) for m in messages]
-        )
-
-    await store_openai({"role": "user", "content": message.content})
+    history = OpenAIChatHistory(session, store)
+    await history.aadd([{"role": "user", "content": message.content}])
     while True:
-        prompt = await store.render(session, "openai")
-        answer = stub_model(prompt.messages)
-        await store_openai(answer)
+        prompt = await history.amessages()
+        answer = stub_model(prompt)
+        await history.aadd([answer])
         if not answer.get("tool_calls"):
             break
         for call in answer["tool_calls"]:  # run the tools, store their results
-            await store_openai({"role": "tool", "tool_call_id": call["id"], "content": json.dumps(FILES)})
+            await history.aadd([{"role": "tool", "tool_call_id": call["id"], "content": json.dumps(FILES)}])
     stats = await store.stats(session)
     return Reply(
         reply=answer["content"],
-        prompt_messages=prompt.report.messages_out,
-        prompt_tokens=prompt.report.tokens_out,
+        prompt_messages=len(prompt),
+        prompt_tokens=sum(count_tokens(m.get("content") or "") for m in prompt),
         stored_messages=stats.messages,
     )
 
@@ -104,7 +95,8 @@ async def chat(session: str, message: UserMessage) -> Reply:
 @app.get("/sessions/{session}/prompt")
 async def prompt(session: str) -> list[dict]:
     """The prompt the next turn would send (404 for a session the store does not hold)."""
-    return (await app.state.store.render(session, "openai")).messages
+    await app.state.store.stats(session)  # raises SessionNotFoundError for an unknown session
+    return await OpenAIChatHistory(session, app.state.store).amessages()
 
 
 if __name__ == "__main__":

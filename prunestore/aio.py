@@ -1,11 +1,17 @@
-"""`AsyncPruneStore`: the store's calls as coroutines, on SQLAlchemy's asyncio engines.
+"""`AsyncPruneStore`: the store's calls as coroutines.
 
-There is one implementation of the store. SQLAlchemy's asyncio engines wrap
-aiosqlite and psycopg's async connections in a DBAPI-shaped adapter whose
-calls suspend on the event loop from inside a greenlet; `PruneStore`'s own
-code runs unchanged on that adapter through `greenlet_spawn`, so every
-cascade, lock and retry is the same code the blocking store runs. While one
-call waits on the database, the event loop runs other tasks.
+There is one implementation of the store: `PruneStore`'s own code runs for
+every call, so every cascade, lock and retry is the same code the blocking
+store runs, and while one call waits on the database the event loop runs
+other tasks.
+
+- PostgreSQL: on SQLAlchemy's asyncio engine, whose psycopg adapter suspends
+  on the event loop from inside a greenlet (`greenlet_spawn`). Connections
+  belong to an event loop, so each loop that uses the store gets its engine.
+- SQLite: in a worker thread, on the blocking engine. SQLite does its I/O on
+  the calling thread; an asyncio driver (aiosqlite) would hop to a thread of
+  its own for every statement, where this hops once per call (an append is
+  about ten statements: 7.6 against 2.1 ms a turn, measured side by side).
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from . import db
 from .formats import Rendered
@@ -25,21 +31,17 @@ from .store import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, PruneS
 from .text import count_tokens
 from .views import Form
 
-if TYPE_CHECKING:
-    from sqlalchemy.ext.asyncio import AsyncEngine
-
 __all__ = ["AsyncPruneStore"]
 
 
 class AsyncPruneStore:
     """`PruneStore` for asyncio code: the same calls, awaited.
 
-    Needs the ``asyncio`` extra (``pip install 'prunestore[asyncio]'``). The
-    database is opened on first use (or by ``await store.open()`` /
-    ``async with AsyncPruneStore(...) as store``); close it with
-    ``await store.close()``. Connections belong to an event loop, so each
-    event loop that uses the store gets its own engine; they share the
-    store's cache of live lists, and any number of loops may use it at once.
+    On PostgreSQL it needs the ``asyncio`` extra (``pip install
+    'prunestore[asyncio]'``). The database is opened on first use (or by
+    ``await store.open()`` / ``async with AsyncPruneStore(...) as store``);
+    close it with ``await store.close()``. Any number of event loops may use
+    one store at once; they share its cache of live lists.
     """
 
     def __init__(
@@ -54,22 +56,24 @@ class AsyncPruneStore:
     ) -> None:
         check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
-        self.engine = db.make_async_engine(self.url)  # the first loop's; others make their own
+        self._threaded = self.url.startswith("sqlite")
+        # SQLite: the blocking engine, used from worker threads. PostgreSQL: the first loop's; others make theirs.
+        self.engine: Any = db.make_engine(self.url) if self._threaded else db.make_async_engine(self.url)
         self._options = (policy, tokenizer, max_content_bytes, max_metadata_bytes)
         self._cache = LiveCache(live_cache_bytes)
-        self._unused: AsyncEngine | None = self.engine
-        self._loops: dict[asyncio.AbstractEventLoop, tuple[AsyncEngine, PruneStore]] = {}
-        self._opening: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
+        self._unused: Any = None if self._threaded else self.engine
+        self._loops: dict[Any, tuple[Any, PruneStore]] = {}  # event loop (None: threads) -> (engine, store)
+        self._opening: dict[Any, asyncio.Lock] = {}
         self._guard = threading.Lock()
 
     async def open(self) -> AsyncPruneStore:
-        """Create or migrate the schema and settle the policy (once per event loop; later calls return at once)."""
+        """Create or migrate the schema and settle the policy (once; later calls return at once)."""
         await self._here()
         return self
 
     async def _here(self) -> PruneStore:
-        """The store over this event loop's engine, opened on first use."""
-        loop = asyncio.get_running_loop()
+        """The store for this event loop (SQLite: for every loop), opened on first use."""
+        loop = None if self._threaded else asyncio.get_running_loop()
         opened = self._loops.get(loop)
         if opened is not None:
             return opened[1]
@@ -77,23 +81,31 @@ class AsyncPruneStore:
             opening = self._opening.setdefault(loop, asyncio.Lock())
         async with opening:
             if loop not in self._loops:
+                opened = await (self._open_threaded() if self._threaded else self._open_in_loop())
                 with self._guard:
-                    self._forget_closed_loops()
-                    engine, self._unused = self._unused or db.make_async_engine(self.url), None
-                try:
-                    store = await _in_greenlet(
-                        PruneStore._over, engine.sync_engine, self.url, *self._options, live_cache=self._cache
-                    )
-                except BaseException:
-                    await engine.dispose()
-                    raise
-                with self._guard:
-                    self._loops[loop] = (engine, store)
+                    self._loops[loop] = opened
             return self._loops[loop][1]
+
+    async def _open_threaded(self) -> tuple[Any, PruneStore]:
+        store = await asyncio.to_thread(PruneStore._over, self.engine, self.url, *self._options, live_cache=self._cache)
+        return self.engine, store
+
+    async def _open_in_loop(self) -> tuple[Any, PruneStore]:
+        with self._guard:
+            self._forget_closed_loops()
+            engine, self._unused = self._unused or db.make_async_engine(self.url), None
+        try:
+            store = await _in_greenlet(
+                PruneStore._over, engine.sync_engine, self.url, *self._options, live_cache=self._cache
+            )
+        except BaseException:
+            await engine.dispose()
+            raise
+        return engine, store
 
     def _forget_closed_loops(self) -> None:
         """Let go of the engines of event loops that have closed (their connections cannot be closed any more)."""
-        for loop in [loop for loop in self._loops if loop.is_closed()]:
+        for loop in [loop for loop in self._loops if loop is not None and loop.is_closed()]:
             engine, _ = self._loops.pop(loop)
             self._opening.pop(loop, None)
             engine.sync_engine.dispose(close=False)
@@ -105,7 +117,13 @@ class AsyncPruneStore:
         raise RuntimeError("the store is not open yet: await store.open() first")
 
     async def close(self) -> None:
-        """Close this event loop's connections, and let go of the other loops' engines."""
+        """Close the connections (PostgreSQL: this event loop's; the other loops' engines are let go)."""
+        if self._threaded:
+            await asyncio.to_thread(self.engine.dispose)
+            with self._guard:
+                self._loops.clear()
+                self._opening.clear()
+            return
         loop = asyncio.get_running_loop()
         with self._guard:
             mine = self._loops.pop(loop, None)
@@ -113,7 +131,7 @@ class AsyncPruneStore:
             self._loops.clear()
             self._opening.clear()
             unused, self._unused = self._unused, None
-        for engine in [e for e, _ in [mine] if mine] + ([unused] if unused else []):
+        for engine in ([mine[0]] if mine else []) + ([unused] if unused else []):
             await engine.dispose()
         for engine, _ in others:
             engine.sync_engine.dispose(close=False)
@@ -129,6 +147,8 @@ class AsyncPruneStore:
 
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         store = await self._here()
+        if self._threaded:
+            return await asyncio.to_thread(method, store, *args, **kwargs)
         return await _in_greenlet(method, store, *args, **kwargs)
 
     # -- the calls of PruneStore, awaited ------------------------------------

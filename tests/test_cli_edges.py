@@ -384,16 +384,25 @@ def test_each_example_names_an_extra_that_brings_what_it_imports():
     import tomllib
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "aiosqlite", "sqlalchemy[asyncio]"})}
+    needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "sqlalchemy[asyncio]"})}
     needs["langchain_agent.py"] = ("langchain", {"langchain-core"})
     for example, (extra, packages) in needs.items():
         assert f"pip install 'prunestore[{extra}]'" in (ROOT / "examples" / example).read_text()
         assert packages <= {requirement.split(">=")[0] for requirement in extras[extra]}, extra
 
 
-def test_a_missing_asyncio_driver_names_the_extra(monkeypatch):
-    from prunestore import AsyncPruneStore, PruneStoreError
+def test_the_async_store_on_sqlite_needs_no_asyncio_driver(monkeypatch, tmp_path):
+    """On SQLite, AsyncPruneStore runs the blocking store in worker threads: no aiosqlite, no greenlet."""
+    import asyncio
+
+    from prunestore import AsyncPruneStore
 
     monkeypatch.setitem(sys.modules, "aiosqlite", None)
-    with pytest.raises(PruneStoreError, match=r"pip install 'prunestore\[asyncio\]'"):
-        AsyncPruneStore("sqlite:///never.db")
+    monkeypatch.setitem(sys.modules, "greenlet", None)
+
+    async def main() -> list[str]:
+        async with AsyncPruneStore(f"sqlite:///{tmp_path / 'a.db'}") as store:
+            await store.append("s", Message("a", "user", "hi", 0))
+            return [m.id for m in await store.live("s")]
+
+    assert asyncio.run(main()) == ["a"]

@@ -1,13 +1,22 @@
-"""PruneStoreSession against the real OpenAI Agents SDK, with a scripted model (no network)."""
+"""PruneStoreSession against the real OpenAI Agents SDK and its own SQLiteSession, with a scripted model.
+
+Where nothing is pruned, every step gives what `SQLiteSession` gives (the
+behaviours of the SDK's session tests, re-implemented here); where something
+is pruned, every call still goes to the model with its output. Each test runs
+on both backends and with both store classes.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
+import threading
 
-from agents import Agent, Runner, function_tool, set_tracing_disabled
+import pytest
+from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.items import ModelResponse
+from agents.memory import SessionSettings
 from agents.models.interface import Model
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
@@ -17,6 +26,29 @@ from prunestore.integrations.openai_agents import PruneStoreSession
 
 set_tracing_disabled(True)
 _ids = itertools.count()
+
+
+@pytest.fixture(params=["async", "sync"])
+def open_session(store_url, request, tmp_path):
+    """Make (ours, theirs): a PruneStoreSession and an SQLiteSession on empty stores, closed at the end."""
+    stores: list = []
+    theirs_made: list = []
+
+    def make(session_id: str = "s", **settings):
+        store = AsyncPruneStore(store_url) if request.param == "async" else PruneStore(store_url)
+        stores.append(store)
+        theirs = SQLiteSession(session_id, tmp_path / "sdk.db", **settings)
+        theirs_made.append(theirs)
+        return PruneStoreSession(session_id, store, **settings), theirs
+
+    yield make
+    for store in stores:
+        if isinstance(store, AsyncPruneStore):
+            asyncio.run(store.close())
+        else:
+            store.close()
+    for theirs in theirs_made:
+        theirs.close()
 
 
 class ScriptedModel(Model):
@@ -34,21 +66,21 @@ class ScriptedModel(Model):
         raise NotImplementedError
 
 
-def call(call_id: str) -> ResponseFunctionToolCall:
+def call(call_id: str, path: str = "/data", item_id: str | None = None) -> ResponseFunctionToolCall:
     return ResponseFunctionToolCall(
         type="function_call",
         call_id=call_id,
         name="list_files",
-        arguments=json.dumps({"path": "/data"}),
-        id=f"fc_{call_id}",
+        arguments=json.dumps({"path": path}),
+        id=item_id or f"fc_{call_id}",
         status="completed",
     )
 
 
-def say(text: str) -> ResponseOutputMessage:
+def say(text: str, item_id: str | None = None) -> ResponseOutputMessage:
     return ResponseOutputMessage(
         type="message",
-        id=f"msg_{next(_ids)}",
+        id=item_id or f"msg_{next(_ids)}",
         role="assistant",
         status="completed",
         content=[ResponseOutputText(type="output_text", text=text, annotations=[])],
@@ -61,8 +93,8 @@ def list_files(path: str) -> str:
     return "a.csv b.csv"
 
 
-def assert_paired(items: list[dict]) -> None:
-    """Every call is followed by its output, and every output follows its call."""
+def assert_paired(items: list[dict], *, waiting: bool = False) -> None:
+    """Every output follows its call, and every call has its output (the last ones may still be waiting)."""
     open_calls: set[str] = set()
     for item in items:
         if item.get("type") == "function_call":
@@ -70,56 +102,194 @@ def assert_paired(items: list[dict]) -> None:
         elif item.get("type") == "function_call_output":
             assert item["call_id"] in open_calls, item
             open_calls.remove(item["call_id"])
-    assert not open_calls
+    assert waiting or not open_calls
 
 
 def _calls_sent(model_input) -> list[str]:
     return [i["call_id"] for i in model_input if isinstance(i, dict) and i.get("type") == "function_call"]
 
 
-def test_runner_sees_pruned_history_with_calls_paired(store_url):
+def output(call_id: str, text: str = "a.csv") -> dict:
+    return {"type": "function_call_output", "call_id": call_id, "output": text}
+
+
+ITEMS = [
+    {"role": "user", "content": "Hi"},
+    {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"},
+    call("c1").model_dump(exclude_unset=True),
+    output("c1"),
+    {"role": "assistant", "content": "One file."},
+    {"role": "user", "content": [{"type": "input_text", "text": "and this?"}]},
+    {"type": "message", "role": "assistant", "id": "__fake_id__", "content": [{"type": "output_text", "text": "x"}]},
+]
+
+
+def run(coroutine):
+    return asyncio.run(coroutine)
+
+
+# -- the SDK's session behaviours, where nothing is pruned --------------------------------------
+
+
+def test_add_get_pop_clear_like_sqlite_session(open_session):
+    async def main() -> None:
+        ours, theirs = open_session()
+        for session in (ours, theirs):
+            await session.add_items(ITEMS[:4])
+            await session.add_items(ITEMS[4:])
+        assert await ours.get_items() == await theirs.get_items() == ITEMS
+        for limit in (None, 1, 3, 0, -1, 100):
+            assert await ours.get_items(limit) == await theirs.get_items(limit), limit
+        assert await ours.pop_item() == await theirs.pop_item() == ITEMS[-1]
+        assert await ours.get_items() == await theirs.get_items()
+        for session in (ours, theirs):
+            await session.clear_session()
+        assert await ours.get_items() == await theirs.get_items() == []
+        assert await ours.pop_item() is None and await theirs.pop_item() is None
+
+    run(main())
+
+
+def test_session_settings_limit(open_session):
+    async def main() -> None:
+        ours, theirs = open_session(session_settings=SessionSettings(limit=2))
+        for session in (ours, theirs):
+            await session.add_items(ITEMS)
+        assert await ours.get_items() == await theirs.get_items() == ITEMS[-2:]
+        assert await ours.get_items(limit=3) == ITEMS[-3:]
+
+    run(main())
+
+
+def test_repeated_ids_and_repeated_items_are_all_kept(open_session):
+    """Chat Completions and LiteLLM models give every item "__fake_id__"; a provider may reuse call_0."""
+    fake = {
+        "type": "message",
+        "role": "assistant",
+        "id": "__fake_id__",
+        "content": [{"type": "output_text", "text": "a"}],
+    }
+    turns = [
+        [{"role": "user", "content": "one"}, call("call_0", "/a", "__fake_id__").model_dump(), output("call_0", "x")],
+        [fake, fake],  # the same item twice in one batch
+        [{"role": "user", "content": "two"}, call("call_0", "/b", "__fake_id__").model_dump(), output("call_0", "y")],
+        [fake],
+    ]
+
+    async def main() -> None:
+        ours, theirs = open_session()
+        for batch in turns:
+            await ours.add_items(batch)
+            await theirs.add_items(batch)
+            assert await ours.get_items() == await theirs.get_items()
+
+    run(main())
+
+
+def test_large_items_are_stored(open_session):
+    image = "data:image/png;base64," + "A" * 1_500_000
+    big = [
+        {"role": "user", "content": [{"type": "input_image", "image_url": image, "detail": "auto"}]},
+        call("c1").model_dump(exclude_unset=True),
+        output("c1", "row\n" * 500_000),
+    ]
+
+    async def main() -> None:
+        ours, theirs = open_session()
+        await ours.add_items(big)
+        await theirs.add_items(big)
+        assert await ours.get_items() == await theirs.get_items() == big
+
+    run(main())
+
+
+def test_a_call_waiting_for_its_output_stays(open_session):
+    async def main() -> None:
+        ours, theirs = open_session()
+        batch = [{"role": "user", "content": "delete it"}, call("c1").model_dump(exclude_unset=True)]
+        for session in (ours, theirs):
+            await session.add_items(batch)
+        assert await ours.get_items() == await theirs.get_items() == batch  # a parked approval, say
+
+    run(main())
+
+
+# -- pruning -------------------------------------------------------------------------------------
+
+
+def test_runner_sees_pruned_history_with_calls_paired(open_session):
+    async def main() -> None:
+        session, _ = open_session("agent")
+        model = ScriptedModel([call("c1"), say("Two files."), call("c2"), say("Still two."), say("Bye.")])
+        agent = Agent(name="files", instructions="You list files.", model=model, tools=[list_files])
+        first = await Runner.run(agent, "List the files.", session=session)
+        assert first.final_output == "Two files."
+        await Runner.run(agent, "And now?", session=session)
+        await Runner.run(agent, "Thanks.", session=session)
+        assert _calls_sent(model.inputs[2]) == ["c1"]  # run 2 begins with c1 still live
+        assert _calls_sent(model.inputs[4]) == ["c2"]  # run 3: c1's output was superseded, its call went too
+        items = await session.get_items()
+        assert_paired(items)
+        assert [i.get("call_id") for i in items if "call_id" in i] == ["c2", "c2"]
+
+    run(main())
+
+
+def test_keep_tools_are_never_superseded(open_session):
+    async def main() -> None:
+        ours, _ = open_session()
+        kept = PruneStoreSession("kept", ours.store, keep_tools={"list_files"})
+        for session in (ours, kept):
+            for n in range(2):
+                await session.add_items([call(f"c{n}").model_dump(exclude_unset=True), output(f"c{n}")])
+        assert len(await ours.get_items()) == 2 and len(await kept.get_items()) == 4
+
+    run(main())
+
+
+def test_a_call_and_its_output_through_different_session_objects(open_session):
+    async def main() -> None:
+        first, _ = open_session()
+        second = PruneStoreSession("s", first.store)
+        await first.add_items([call("c1").model_dump(exclude_unset=True)])
+        await second.add_items([output("c1")])
+        await first.add_items([call("c2").model_dump(exclude_unset=True)])
+        await second.add_items([output("c2")])
+        items = await first.get_items()
+        assert [i["call_id"] for i in items] == ["c2", "c2"]  # the same call again: the first went
+
+    run(main())
+
+
+# -- concurrency ---------------------------------------------------------------------------------
+
+
+def test_concurrent_adds_and_pops_lose_nothing(store_url):
+    with PruneStore(store_url) as store:
+        session = PruneStoreSession("s", store)
+        threads = [
+            threading.Thread(target=run, args=(session.add_items([{"role": "user", "content": f"m{n}"}]),))
+            for n in range(10)
+        ]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert sorted(i["content"] for i in run(session.get_items())) == sorted(f"m{n}" for n in range(10))
+
+        async def pops() -> list:
+            return await asyncio.gather(*(session.pop_item() for _ in range(4)))
+
+        popped = run(pops())
+        assert len({p["content"] for p in popped}) == 4  # each pop took a different item
+        assert len(run(session.get_items())) == 6 and store.verify().ok
+
+
+def test_gathered_tasks_on_the_async_store_lose_nothing(store_url):
     async def main() -> None:
         async with AsyncPruneStore(store_url) as store:
-            session = PruneStoreSession("agent", store)
-            model = ScriptedModel([call("c1"), say("Two files."), call("c2"), say("Still two."), say("Bye.")])
-            agent = Agent(name="files", instructions="You list files.", model=model, tools=[list_files])
-            first = await Runner.run(agent, "List the files.", session=session)
-            assert first.final_output == "Two files."
-            await Runner.run(agent, "And now?", session=session)
-            await Runner.run(agent, "Thanks.", session=session)
-            assert _calls_sent(model.inputs[2]) == ["c1"]  # run 2 begins with c1 still live
-            assert _calls_sent(model.inputs[4]) == ["c2"]  # run 3: c1's output was superseded, its call went too
-            items = await session.get_items()
-            assert_paired(items)
-            assert [i.get("call_id") for i in items if "call_id" in i] == ["c2", "c2"]
-            stored = await store.messages("agent")
-            assert {m.id: m.verdict for m in stored}["output-c1"] == "superseded"
-            assert (await store.verify()).ok
-
-    asyncio.run(main())
-
-
-def test_unknown_items_pop_limit_and_clear(store_url):
-    async def main() -> None:
-        with PruneStore(store_url) as store:  # the blocking store works too (in a worker thread)
             session = PruneStoreSession("s", store)
-            reasoning = {"type": "reasoning", "id": "rs_1", "summary": [], "encrypted_content": "xyz"}
-            await session.add_items([{"role": "user", "content": "Hi"}, reasoning])
-            await session.add_items(
-                [
-                    call("c1").model_dump(exclude_unset=True),
-                    {"type": "function_call_output", "call_id": "c1", "output": "a.csv"},
-                    {"role": "assistant", "content": "One file."},
-                ]
-            )
-            items = await session.get_items()
-            assert items[1] == reasoning  # stored and given back untouched
-            assert_paired(items)
-            assert await session.get_items(limit=2) == items[-1:]  # a cut never starts with an orphan output
-            assert await session.pop_item() == {"role": "assistant", "content": "One file."}
-            assert len(await session.get_items()) == 4
-            assert store.messages("s")[-1].id == "output-c1" and store.verify().ok
-            await session.clear_session()
-            assert await session.get_items() == [] and await session.pop_item() is None
+            await asyncio.gather(*(session.add_items([{"role": "user", "content": f"m{n}"}]) for n in range(25)))
+            assert len(await session.get_items()) == 25
 
-    asyncio.run(main())
+    run(main())

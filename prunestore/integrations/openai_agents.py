@@ -1,28 +1,36 @@
 """An OpenAI Agents SDK session whose items are the pruned history, every call paired with its output.
 
 Needs ``openai-agents`` (``pip install 'prunestore[openai-agents]'``). Items
-are Responses-style: messages, ``function_call`` and ``function_call_output``
-pairs, and anything else the SDK records (reasoning, hosted tool calls),
-which is stored and given back untouched. An output's tool key is its call's
-tool name plus canonical arguments, so a later identical call supersedes it;
-a call goes back to the model only with its output.
+are Responses-style: messages, tool calls (``function_call`` and the other
+``*_call`` items) with their ``*_call_output``, and anything else the SDK
+records (reasoning, hosted tool calls), which is stored and given back
+as it came. An output's tool key is its call's tool name plus canonical
+arguments, so a later identical call supersedes it and its call goes too; a
+call whose output has not arrived yet stays.
+
+Turns and tool keys come from the store, read under the session's lock as
+each batch is appended, and item ids are the store's (an item's own ``id``
+is kept in the item): providers reuse ids (``__fake_id__``, ``call_0``), and
+an item added twice is stored twice, as `SQLiteSession` stores it. Any
+number of session objects, tasks, threads and processes may share a session.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Collection
 from typing import Any
 
 from ..aio import AsyncPruneStore
-from ..errors import SessionNotFoundError, TurnOrderError
-from ..formats import tool_key
+from ..errors import SessionNotFoundError
 from ..model import Message, StoredMessage
+from ..storage import SessionState
 from ..store import PruneStore
+from ..views import Unit
+from ._shared import importer_after, with_call_keys
 
-__all__ = ["PruneStoreSession"]
+__all__ = ["PruneStoreSession", "AGENT_ITEMS"]
 
 _ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
@@ -31,16 +39,28 @@ class PruneStoreSession:
     """The Agents SDK ``Session`` protocol over one prunestore session.
 
     `store` is an `AsyncPruneStore`, or a `PruneStore` (then its calls run in
-    a worker thread). A user message with text starts a new turn.
+    a worker thread). A user message with text starts a new turn. Options:
+    `keep_tools` (tools whose repeated identical calls must not supersede each
+    other: they have side effects), `document_tools` (tools whose outputs are
+    retrieved passages), `ttl` and `keys_of`, as for `prunestore.from_openai`;
+    `session_settings` as the SDK's sessions take it.
     """
 
-    session_settings = None
-
-    def __init__(self, session_id: str, store: AsyncPruneStore | PruneStore) -> None:
+    def __init__(
+        self,
+        session_id: str,
+        store: AsyncPruneStore | PruneStore,
+        *,
+        session_settings: Any = None,
+        keep_tools: Collection[str] = (),
+        document_tools: Collection[str] = (),
+        ttl: dict[str, int] | None = None,
+        keys_of: Callable | None = None,
+    ) -> None:
         self.session_id = session_id
         self.store = store
-        self._turn: int | None = None  # the session's turn and calls, read on first use
-        self._calls: dict[Any, tuple[Any, Any]] = {}
+        self.session_settings = session_settings
+        self.options = {"keep_tools": keep_tools, "document_tools": document_tools, "ttl": ttl, "keys_of": keys_of}
 
     async def _run(self, name: str, *args: Any) -> Any:
         method = getattr(self.store, name)
@@ -48,110 +68,145 @@ class PruneStoreSession:
             return await method(*args)
         return await asyncio.to_thread(method, *args)
 
-    async def _stored(self) -> list[StoredMessage]:
+    async def get_items(self, limit: int | None = None) -> list[dict]:
+        """The live items, oldest first; with `limit` (or ``session_settings.limit``), the latest `limit`.
+
+        As `SQLiteSession` reads them: ``limit=0`` gives none, a negative limit all.
+        Each item is a copy; what it holds (content lists) is shared and must not be changed.
+        """
+        if limit is None and self.session_settings is not None:
+            settings = self.session_settings
+            limit = settings.get("limit") if isinstance(settings, dict) else getattr(settings, "limit", None)
         try:
-            return await self._run("messages", self.session_id)
+            items = await self._run("view", self.session_id, AGENT_ITEMS)
         except SessionNotFoundError:
             return []
+        if limit is not None and limit >= 0:
+            items = items[len(items) - limit :] if limit else []
+        return [dict(item) for item in items]
 
-    async def get_items(self, limit: int | None = None) -> list[dict]:
-        stored = await self._stored()
-        outputs = {_item(m).get("call_id"): m for m in stored if _item(m).get("type") == "function_call_output"}
-        calls = {_item(m).get("call_id") for m in stored if _item(m).get("type") == "function_call"}
-        items = []
-        for message in stored:
-            item = _item(message)
-            kind = item.get("type")
-            if kind == "function_call":
-                output = outputs.get(item.get("call_id"))
-                if output is not None and output.live:  # sent with its output, or not at all
-                    items.append(item)
-            elif kind == "function_call_output":
-                if message.live and item.get("call_id") in calls:
-                    items.append(item)
-            elif message.live:
-                items.append(item)
-        if limit is not None:
-            items = items[-limit:] if limit > 0 else []
-            while items and items[0].get("type") == "function_call_output":  # its call was cut off
-                items.pop(0)
-        return items
-
-    async def add_items(self, items: list[dict]) -> None:
-        for attempt in range(2):
-            if self._turn is None:
-                self._learn(await self._stored())
-            turn, calls = self._turn, dict(self._calls)
-            try:
-                await self._run("append", self.session_id, self._convert(items))
-                return
-            except TurnOrderError:  # another writer moved the session on: read where it is, once
-                self._turn = None
-                if attempt:
-                    raise
-            except BaseException:
-                self._turn, self._calls = turn, calls
-                raise
+    async def add_items(self, items: list[Any]) -> None:
+        if items:
+            await self._run("append_with", self.session_id, _builder([_plain(i) for i in items], self.options))
 
     async def pop_item(self) -> dict | None:
-        stored = await self._stored()
-        if not stored:
-            return None
-        if len(stored) == 1:
-            await self._run("delete_session", self.session_id)
-        else:
-            await self._run("truncate", self.session_id, stored[-2].id)
-        self._turn = None
-        return _item(stored[-1])
+        """Remove the session's last stored item and return it: one atomic call on the store."""
+        popped = await self._run("pop", self.session_id)
+        return None if popped is None else _item_of(popped)
 
     async def clear_session(self) -> None:
         try:
             await self._run("delete_session", self.session_id)
         except SessionNotFoundError:
             pass
-        self._turn, self._calls = None, {}
 
-    def _learn(self, stored: Sequence[StoredMessage]) -> None:
-        self._turn = stored[-1].turn if stored else 0
-        self._calls = {}
-        for message in stored:
-            item = _item(message)
-            if item.get("type") == "function_call":
-                self._calls[item.get("call_id")] = (item.get("name"), item.get("arguments"))
 
-    def _convert(self, items: Sequence[Any]) -> list[Message]:
-        """Items as Messages; advances the turn and remembers calls."""
-        assert self._turn is not None
+# -- items in ------------------------------------------------------------------------
+
+
+def _builder(items: list[dict], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+    made = {i.get("call_id") for i in items if _is_call(i)}
+    answered = [i.get("call_id") for i in items if _is_output(i) and i.get("call_id") not in made]
+
+    def build(state: SessionState) -> list[Message]:
+        importer = importer_after(state, answered, _calls, options)
         out = []
-        for item in items:
-            item = _plain(item)
-            kind, role = item.get("type"), item.get("role")
-            text = _text(item.get("content"))
-            key = None
-            if kind == "function_call":
-                self._calls[item.get("call_id")] = (item.get("name"), item.get("arguments"))
-                mapped, text, message_id = "assistant", f"{item.get('name')}({item.get('arguments')})", None
-            elif kind == "function_call_output":
-                name, arguments = self._calls.get(item.get("call_id"), (None, None))
-                key = tool_key(name, arguments) if name is not None else None
-                output = item.get("output")
-                text = output if isinstance(output, str) else json.dumps(output)
-                mapped, message_id = "tool_output", f"output-{item.get('call_id')}"
-            elif role in _ROLES and kind in (None, "message"):
-                mapped, message_id = _ROLES[role], None
-                if role == "user" and text:
-                    self._turn += 1
+        for seq, item in enumerate(items, state.last_seq + 1):
+            message_id, role = f"item-{seq}", item.get("role")
+            if _is_output(item):
+                text, metadata = _pack(item, _output_text(item), "output")
+                message = importer.result(message_id, item["call_id"], text, metadata)
+                out.append(with_call_keys(message, answers=item["call_id"]))
+            elif _is_call(item):
+                name, arguments = _call_of(item)
+                importer.calls[item["call_id"]] = (name, arguments)
+                shown = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+                text, metadata = _pack(item, f"{name}({shown})", None)
+                message = Message(message_id, "assistant", text, importer.turn, metadata=metadata)
+                out.append(with_call_keys(message, makes=[item["call_id"]]))
+            elif role in _ROLES and item.get("type") in (None, "message"):
+                words = _text(item.get("content"))
+                turn = importer.advance(0, role == "user" and bool(words.strip()))
+                text, metadata = _pack(item, words, "content" if isinstance(item.get("content"), str) else None)
+                out.append(Message(message_id, _ROLES[role], text, turn, metadata=metadata))
             else:  # an item this adapter does not interpret: kept, and given back as it came
-                mapped, text, message_id = "assistant", json.dumps(item, sort_keys=True), None
-            given = item.get("id")
-            if message_id is None:
-                message_id = given if isinstance(given, str) and given else f"item-{uuid.uuid4().hex}"
-            out.append(Message(message_id, mapped, text, self._turn, tool_key=key, metadata={"responses": item}))
+                text, metadata = _pack(item, "", "*")
+                out.append(Message(message_id, "assistant", text, importer.turn, metadata=metadata))
         return out
 
+    return build
 
-def _item(message: StoredMessage) -> dict:
-    return (message.metadata or {}).get("responses") or {}
+
+def _is_call(item: dict) -> bool:
+    kind = item.get("type")
+    return isinstance(kind, str) and kind.endswith("_call") and isinstance(item.get("call_id"), str)
+
+
+def _is_output(item: dict) -> bool:
+    kind = item.get("type")
+    return isinstance(kind, str) and kind.endswith("_call_output") and isinstance(item.get("call_id"), str)
+
+
+def _call_of(item: dict) -> tuple[str, Any]:
+    """A call's tool name and arguments, whatever kind of call it is."""
+    name = item.get("name") or item["type"]
+    for field in ("arguments", "input", "action"):
+        if field in item:
+            return name, item[field]
+    return name, None
+
+
+def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
+    item = _item_of(stored)
+    return [(item["call_id"], *_call_of(item))] if _is_call(item) else []
+
+
+def _output_text(item: dict) -> str:
+    output = item.get("output")
+    if isinstance(output, str):
+        return output
+    if isinstance(output, list):
+        return _text(output) or json.dumps(output, ensure_ascii=False)
+    return json.dumps(output, ensure_ascii=False)
+
+
+def _text(content: Any) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        return "\n".join(str(p.get("text", "")) for p in content if isinstance(p, dict) and "text" in p)
+    return ""
+
+
+# Items larger than this as JSON (a large tool output, an image) are kept whole in the message's content:
+# the store caps metadata (1 MiB by default) and content far higher (16 MiB).
+_LARGE_ITEM = 256 * 1024
+
+
+def _pack(item: dict, text: str, field: str | None) -> tuple[str, dict]:
+    """The message content and metadata of an item: the item less the field the content holds already.
+
+    With `field` ``"*"``, or an item too large for metadata, the content is the whole item as JSON.
+    """
+    if field != "*":
+        if field is not None and item.get(field) == text:
+            metadata = {"responses": {k: v for k, v in item.items() if k != field}, "responses_in_content": field}
+        else:
+            metadata = {"responses": item}
+        if len(json.dumps(metadata, ensure_ascii=False)) <= _LARGE_ITEM:
+            return text, metadata
+    return json.dumps(item, sort_keys=True, ensure_ascii=False), {"responses_in_content": "*"}
+
+
+def _item_of(message: StoredMessage) -> dict:
+    metadata = message.metadata or {}
+    field = metadata.get("responses_in_content")
+    if field == "*":
+        return json.loads(message.content)
+    item = dict(metadata.get("responses") or {})
+    if field is not None:
+        item[field] = message.content
+    return item
 
 
 def _plain(item: Any) -> dict:
@@ -161,9 +216,24 @@ def _plain(item: Any) -> dict:
     return json.loads(json.dumps(item))
 
 
-def _text(content: Any) -> str:
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "\n".join(p.get("text", "") for p in content if isinstance(p, dict))
-    return ""
+# -- items out -----------------------------------------------------------------------
+
+
+class _AgentItems:
+    """Responses input items as a `views.View` sends them: each call is an item of its own."""
+
+    name = "openai-agents"
+
+    def unit(self, message: StoredMessage) -> Unit:
+        item = _item_of(message)
+        if _is_call(item):
+            return Unit(item, calls=(item["call_id"],))
+        if _is_output(item):
+            return Unit(item, answers=item["call_id"])
+        return Unit(item)
+
+    def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
+        return None  # the item is the call
+
+
+AGENT_ITEMS = _AgentItems()

@@ -1,0 +1,140 @@
+"""A chat history of OpenAI Chat Completions messages, for code that talks to a model without a framework.
+
+`OpenAIChatHistory` is what the LangChain and Agents SDK adapters are, for
+plain Chat Completions dicts: `add` stores messages (turns and tool keys read
+from the store under the session's lock, so any number of objects and
+processes on one session agree), `messages` gives the pruned prompt, kept in
+the store's cache and patched from each append. Each message comes back as
+it was given where nothing was pruned; an assistant message loses the calls
+whose results were pruned, and a call whose result has not arrived yet
+stays.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..aio import AsyncPruneStore
+from ..errors import InvalidMessageError, SessionNotFoundError, shorten
+from ..formats import _OPENAI_ROLES, _openai_text
+from ..model import Message, StoredMessage
+from ..storage import SessionState
+from ..store import PruneStore
+from ..views import Unit
+from ._shared import importer_after, with_call_keys
+
+__all__ = ["OpenAIChatHistory", "OPENAI_CHAT"]
+
+
+class OpenAIChatHistory:
+    """One prunestore session as a list of Chat Completions messages.
+
+    `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
+    `amessages`). Options (``document_tools``, ``keep_tools``, ``ttl``,
+    ``keys_of``) say how tool results are pruned, as for `from_openai`. The
+    dicts returned are shared with the store's cache: treat them as read-only.
+    """
+
+    def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
+        self.session = session
+        self.store = store
+        self.options = options
+
+    def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        if messages:
+            self._blocking().append_with(self.session, _builder(list(messages), self.options))
+
+    def messages(self) -> list[dict]:
+        try:
+            return self._blocking().view(self.session, OPENAI_CHAT)
+        except SessionNotFoundError:
+            return []
+
+    async def aadd(self, messages: Sequence[Mapping[str, Any]]) -> None:
+        if not isinstance(self.store, AsyncPruneStore):
+            await asyncio.to_thread(self.add, messages)
+        elif messages:
+            await self.store.append_with(self.session, _builder(list(messages), self.options))
+
+    async def amessages(self) -> list[dict]:
+        if not isinstance(self.store, AsyncPruneStore):
+            return await asyncio.to_thread(self.messages)
+        try:
+            return await self.store.view(self.session, OPENAI_CHAT)
+        except SessionNotFoundError:
+            return []
+
+    def _blocking(self) -> PruneStore:
+        if not isinstance(self.store, PruneStore):
+            raise TypeError("this history wraps an AsyncPruneStore: use aadd / amessages")
+        return self.store
+
+
+def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+    for index, message in enumerate(messages):
+        role = message.get("role") if isinstance(message, Mapping) else None
+        if role not in _OPENAI_ROLES and role != "tool":
+            raise InvalidMessageError(f"messages[{index}]={shorten(message)}: not a Chat Completions message")
+    made = {c.get("id") for m in messages for c in m.get("tool_calls") or []}
+    answered = [
+        m.get("tool_call_id") for m in messages if m.get("role") == "tool" and m.get("tool_call_id") not in made
+    ]
+
+    def build(state: SessionState) -> list[Message]:
+        importer = importer_after(state, answered, _calls, options)
+        out = []
+        for seq, original in enumerate(messages, state.last_seq + 1):
+            message_id, metadata = f"oai-{seq}", {"openai": dict(original)}
+            text = _openai_text(original.get("content"))
+            if original["role"] == "tool":
+                call_id = original.get("tool_call_id")
+                out.append(with_call_keys(importer.result(message_id, call_id, text, metadata), answers=call_id))
+                continue
+            calls = [c for c in original.get("tool_calls") or [] if c.get("id")]
+            for call in calls:
+                function = call.get("function") or {}
+                importer.calls[call["id"]] = (function.get("name"), function.get("arguments"))
+            lines = [text] * bool(text) + [
+                f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})" for c in calls
+            ]
+            turn = importer.advance(0, original["role"] == "user" and bool(text.strip()))
+            stored = Message(message_id, _OPENAI_ROLES[original["role"]], "\n".join(lines), turn, metadata=metadata)
+            out.append(with_call_keys(stored, makes=[c["id"] for c in calls]))
+        return out
+
+    return build
+
+
+def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
+    original = (stored.metadata or {}).get("openai") or {}
+    return [
+        (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
+        for c in original.get("tool_calls") or []
+    ]
+
+
+class _OpenAIChat:
+    """Chat Completions messages as a `views.View` sends them."""
+
+    name = "openai-chat"
+
+    def unit(self, message: StoredMessage) -> Unit:
+        original = (message.metadata or {}).get("openai")
+        if not isinstance(original, dict):  # appended by hand: the closest Chat Completions message
+            role = {"system": "system", "assistant": "assistant"}.get(message.role, "user")
+            return Unit({"role": role, "content": message.content})
+        if original.get("role") == "tool":
+            return Unit(original, answers=original.get("tool_call_id"))
+        return Unit(original, calls=tuple(c["id"] for c in original.get("tool_calls") or [] if c.get("id")))
+
+    def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
+        calls = [c for c in item.get("tool_calls") or [] if c.get("id") not in dropped]
+        if not calls and not _openai_text(item.get("content")).strip():
+            return None
+        trimmed = {k: v for k, v in item.items() if k != "tool_calls"}
+        return {**trimmed, "tool_calls": calls} if calls else trimmed
+
+
+OPENAI_CHAT = _OpenAIChat()

@@ -1,0 +1,111 @@
+"""OpenAIChatHistory: Chat Completions messages in, the pruned prompt out, kept up to date from each append."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from providers import validate_openai
+
+from prunestore import AsyncPruneStore, InvalidMessageError, PruneStore
+from prunestore.integrations.openai_chat import OpenAIChatHistory
+
+
+def call(call_id: str, path: str = "/data") -> dict:
+    function = {"name": "ls", "arguments": f'{{"path": "{path}"}}'}
+    return {
+        "role": "assistant",
+        "content": None,
+        "tool_calls": [{"id": call_id, "type": "function", "function": function}],
+    }
+
+
+def result(call_id: str, text: str = "a.csv") -> dict:
+    return {"role": "tool", "tool_call_id": call_id, "content": text}
+
+
+def test_messages_come_back_as_given_where_nothing_was_pruned(store):
+    history = OpenAIChatHistory("s", store)
+    given = [
+        {"role": "system", "content": "Be brief."},
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Look"}, {"type": "image_url", "image_url": {"url": "x"}}],
+        },
+        call("c1"),
+        result("c1"),
+        {"role": "assistant", "content": "", "refusal": None},
+        {"role": "user", "content": "And?", "name": "ann"},
+        call("c2", "/tmp"),  # waiting for its result
+    ]
+    history.add(given[:3])
+    history.add(given[3:])
+    assert history.messages() == given  # the empty answer too: nothing is dropped for being empty
+
+
+def test_a_superseded_result_goes_with_its_call(store):
+    history = OpenAIChatHistory("s", store)
+    history.add([{"role": "user", "content": "ls"}, call("c1"), result("c1"), {"role": "assistant", "content": "1"}])
+    history.add([{"role": "user", "content": "again"}, call("c2"), result("c2", "a.csv b.csv")])
+    sent = history.messages()
+    assert [m.get("tool_call_id") for m in sent] == [None, None, None, None, "c2"]
+    validate_openai(sent)
+    with pytest.raises(InvalidMessageError, match="messages\\[0\\]"):
+        history.add([{"role": "robot", "content": "x"}])
+
+
+def test_on_the_async_store(store_url):
+    async def main() -> list:
+        async with AsyncPruneStore(store_url) as store:
+            history = OpenAIChatHistory("s", store)
+            await asyncio.gather(*(history.aadd([{"role": "user", "content": f"m{n}"}]) for n in range(10)))
+            return await history.amessages()
+
+    assert sorted(m["content"] for m in asyncio.run(main())) == sorted(f"m{n}" for n in range(10))
+
+
+@st.composite
+def batches(draw):
+    made: list[str] = []
+    out = []
+    for _ in range(draw(st.integers(1, 12))):
+        batch = []
+        for _ in range(draw(st.integers(1, 3))):
+            kind = draw(st.sampled_from(["user", "call", "result", "result", "empty"]))
+            if kind == "user":
+                batch.append({"role": "user", "content": draw(st.sampled_from(["go", "DEFINE:k x", "REF:k y"]))})
+            elif kind == "empty":
+                batch.append({"role": "assistant", "content": ""})
+            elif kind == "call":
+                ids = draw(st.lists(st.sampled_from(["c1", "c2", "c3"]), min_size=1, max_size=2, unique=True))
+                path = draw(st.sampled_from(["/a", "/b"]))
+                calls = [call(i, path)["tool_calls"][0] for i in ids]
+                batch.append(
+                    {"role": "assistant", "content": draw(st.sampled_from([None, "looking"])), "tool_calls": calls}
+                )
+                made += ids
+            elif made:
+                batch.append(result(draw(st.sampled_from(made)), draw(st.sampled_from(["x", "y"]))))
+        out.append((draw(st.integers(0, 2)), batch))
+    return out
+
+
+@settings(max_examples=40)
+@given(script=batches())
+def test_the_cached_prompt_equals_a_cold_read(store_url, script):
+    """Writers 0 and 1 share a store (and its cache); writer 2 is another store, as another process would be."""
+    with (
+        PruneStore(store_url) as shared,
+        PruneStore(store_url) as other,
+        PruneStore(store_url, live_cache_bytes=0) as cold,
+    ):
+        for name in shared.sessions():
+            shared.delete_session(name)
+        writers = [OpenAIChatHistory("s", shared), OpenAIChatHistory("s", shared), OpenAIChatHistory("s", other)]
+        reader, oracle = OpenAIChatHistory("s", shared), OpenAIChatHistory("s", cold)
+        for writer, batch in script:
+            writers[writer].add(batch)
+            assert reader.messages() == oracle.messages()
+        assert shared.verify().ok
