@@ -17,8 +17,11 @@ other tasks.
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import db
@@ -57,6 +60,8 @@ class AsyncPruneStore:
         check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
         self._threaded = self.url.startswith("sqlite")
+        # An in-memory SQLite database is one connection's: every call runs on one thread, the same each time.
+        self._executor = ThreadPoolExecutor(1, "prunestore") if self._threaded and db.in_memory(self.url) else None
         # SQLite: the blocking engine, used from worker threads. PostgreSQL: the first loop's; others make theirs.
         self.engine: Any = db.make_engine(self.url) if self._threaded else db.make_async_engine(self.url)
         self._options = (policy, tokenizer, max_content_bytes, max_metadata_bytes)
@@ -87,8 +92,12 @@ class AsyncPruneStore:
             return self._loops[loop][1]
 
     async def _open_threaded(self) -> tuple[Any, PruneStore]:
-        store = await asyncio.to_thread(PruneStore._over, self.engine, self.url, *self._options, live_cache=self._cache)
+        store = await self._in_thread(PruneStore._over, self.engine, self.url, *self._options, live_cache=self._cache)
         return self.engine, store
+
+    async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        call = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._executor, call)
 
     async def _open_in_loop(self) -> tuple[Any, PruneStore]:
         with self._guard:
@@ -119,7 +128,7 @@ class AsyncPruneStore:
     async def close(self) -> None:
         """Close the connections (PostgreSQL: this event loop's; the other loops' engines are let go)."""
         if self._threaded:
-            await asyncio.to_thread(self.engine.dispose)
+            await self._in_thread(self.engine.dispose)
             with self._guard:
                 self._loops.clear()
                 self._opening.clear()
@@ -148,7 +157,7 @@ class AsyncPruneStore:
     async def _call(self, method: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         store = await self._here()
         if self._threaded:
-            return await asyncio.to_thread(method, store, *args, **kwargs)
+            return await self._in_thread(method, store, *args, **kwargs)
         return await _in_greenlet(method, store, *args, **kwargs)
 
     # -- the calls of PruneStore, awaited ------------------------------------

@@ -159,7 +159,9 @@ def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
     for number, (named, message) in enumerate(read_lines(sys.stdin, session_field=session is None), 1):
         if session is not None and named is not None and named != session:
             raise InvalidMessageError(f"line {number}: session={named!r} differs from the SESSION argument {session!r}")
-        batches.setdefault(session or named, []).append(message)
+        name = session if session is not None else named
+        assert name is not None  # read_lines requires the field when there is no SESSION
+        batches.setdefault(name, []).append(message)
     with _open(ctx) as store:
         deltas = store.append_many(batches) if batches else {}
     appended = sum(d.appended for d in deltas.values())

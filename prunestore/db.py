@@ -83,6 +83,16 @@ def make_async_engine(url: str | None = None) -> AsyncEngine:
     return _make(url, create_async_engine, "asyncio")
 
 
+def in_memory(url: str) -> bool:
+    """Whether `url` names an in-memory SQLite database (which lives and dies with its one connection)."""
+    try:
+        parsed = sa.engine.make_url(url)
+    except sa.exc.ArgumentError:
+        return False
+    database = parsed.database or ""
+    return parsed.get_backend_name() == "sqlite" and (database in ("", ":memory:") or "mode=memory" in url)
+
+
 def shown_url(url: str) -> str:
     """`url` as it may appear in a message: the password masked."""
     try:

@@ -221,13 +221,23 @@ class PruneStore:
         self._open(engine, policy, tokenizer, max_content_bytes, max_metadata_bytes, LiveCache(live_cache_bytes))
 
     @classmethod
-    def _over(cls, engine: Engine, url: str, policy: Policy | None, *options, live_cache: LiveCache) -> PruneStore:
-        """A store over an engine made elsewhere: `AsyncPruneStore` runs this class on its asyncio engines."""
+    def _over(
+        cls,
+        engine: Engine,
+        url: str,
+        policy: Policy | None,
+        tokenizer: Callable[[str], int],
+        max_content_bytes: int,
+        max_metadata_bytes: int,
+        *,
+        live_cache: LiveCache,
+    ) -> PruneStore:
+        """A store over an engine made elsewhere: `AsyncPruneStore` runs this class on its engines."""
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         store = cls.__new__(cls)
         store.url = url
-        store._open(engine, policy, *options, live_cache)
+        store._open(engine, policy, tokenizer, max_content_bytes, max_metadata_bytes, live_cache)
         return store
 
     def _open(

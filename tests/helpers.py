@@ -109,3 +109,27 @@ POLICIES = [
     pytest.param(Policy(restore="direct"), id="direct"),
     pytest.param(Policy(dedupe_roles={"retrieved_doc", "tool_output"}), id="dedupe-tools"),
 ]
+
+
+def cached_prompt_equals_cold(store_url: str, make, add, read, script) -> None:
+    """Apply `script` ((writer, batch) pairs) through history objects and compare the cached prompt with a cold one.
+
+    Writers 0 and 1 share a store (and its cache); writer 2 is another store,
+    as another process would be. After every batch, a reader on the shared
+    store must see what a reader on a store without a cache sees.
+    """
+    from prunestore import PruneStore
+
+    with (
+        PruneStore(store_url) as shared,
+        PruneStore(store_url) as other,
+        PruneStore(store_url, live_cache_bytes=0) as cold,
+    ):
+        for name in shared.sessions():  # an empty start for every example
+            shared.delete_session(name)
+        writers = [make("s", shared), make("s", shared), make("s", other)]
+        reader, oracle = make("s", shared), make("s", cold)
+        for writer, batch in script:
+            add(writers[writer], batch)
+            assert read(reader) == read(oracle)
+        assert shared.verify().ok

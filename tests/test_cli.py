@@ -240,9 +240,8 @@ def test_import_shows_no_progress_bar_when_piped(cli):
     assert "importing" not in output and "imported 12 messages in 2 sessions" in output
 
 
-@pytest.mark.sqlite
-def test_an_interrupted_import_resumes(tmp_path):
-    """Kill an import half way (SIGKILL), then run it again: everything is stored exactly once."""
+def _big_import(tmp_path: Path, batch_size: int = 500) -> tuple[str, list[str], int]:
+    """A 60,000-line JSON Lines file: the import command for it, and its URL and line count."""
     lines = [
         json.dumps(
             {
@@ -258,39 +257,72 @@ def test_an_interrupted_import_resumes(tmp_path):
     source = tmp_path / "big.jsonl"
     source.write_text("\n".join(lines) + "\n")
     url = f"sqlite:///{tmp_path / 'store.db'}"
-    command = [sys.executable, "-m", "prunestore.cli", "--db", url, "import", "--batch-size", "500", str(source)]
-    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command = [sys.executable, "-m", "prunestore.cli", "--db", url, "import", "--batch-size", str(batch_size)]
+    return url, [*command, str(source)], len(lines)
+
+
+def _wait_until_stored(child: subprocess.Popen, url: str, count: int) -> int:
+    """Poll the store while `child` imports; return once it holds more than `count` messages (or the import ended)."""
     engine = sa.create_engine(url)
     deadline = time.monotonic() + 60
     stored = 0
-    while time.monotonic() < deadline and child.poll() is None:
-        time.sleep(0.05)
-        try:
-            with engine.connect() as conn:
-                stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
-        except sa.exc.OperationalError:
-            continue
-        if stored > 5000:
-            workers = _children(child.pid)
-            os.kill(child.pid, signal.SIGKILL)
-            break
+    try:
+        while time.monotonic() < deadline and child.poll() is None and stored <= count:
+            time.sleep(0.05)
+            try:
+                with engine.connect() as conn:
+                    stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+            except sa.exc.OperationalError:
+                continue
+    finally:
+        engine.dispose()
+    return stored
+
+
+def _finish_and_check(url: str, command: list[str], total: int) -> None:
+    rerun = subprocess.run(command, capture_output=True, text=True)
+    assert rerun.returncode == 0, rerun.stderr
+    with PruneStore(url) as store:
+        assert sum(len(store.messages(s)) for s in store.sessions()) == total
+        assert store.verify().ok
+
+
+@pytest.mark.sqlite
+def test_an_interrupted_import_resumes(tmp_path):
+    """Kill an import half way (SIGKILL), then run it again: everything is stored exactly once."""
+    url, command, total = _big_import(tmp_path)
+    child = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    stored = _wait_until_stored(child, url, 5000)
+    workers = _children(child.pid)
+    os.kill(child.pid, signal.SIGKILL)
     child.wait()
-    assert 0 < stored < len(lines), "the import was not interrupted part way"
+    assert 0 < stored < total, "the import was not interrupted part way"
     if Path("/proc").is_dir():  # the parsing workers must not outlive a killed import
         assert workers, "no worker processes found"
         deadline = time.monotonic() + 10
         while any(map(_running, workers)) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not any(map(_running, workers)), "orphaned import workers"
+    engine = sa.create_engine(url)
     with engine.connect() as conn:
         partial = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
-    assert partial % 500 == 0  # whole batches only: each transaction holds 500 lines of 7 sessions
     engine.dispose()
-    rerun = subprocess.run(command, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr
-    with PruneStore(url) as store:
-        assert sum(len(store.messages(s)) for s in store.sessions()) == len(lines)
-        assert store.verify().ok
+    assert partial % 500 == 0  # whole batches only: each transaction holds 500 lines of 7 sessions
+    _finish_and_check(url, command, total)
+
+
+@pytest.mark.sqlite
+def test_ctrl_c_stops_an_import_in_one_line_and_loses_nothing(tmp_path):
+    url, command, total = _big_import(tmp_path)
+    # A terminal's Ctrl-C reaches the whole process group: the import and its workers.
+    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    _wait_until_stored(child, url, 3000)
+    os.killpg(child.pid, signal.SIGINT)
+    out, err = child.communicate(timeout=60)
+    assert child.returncode == 130, (out, err)
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    assert "Interrupted" in err and "run the same command again" in err
+    _finish_and_check(url, command, total)
 
 
 def _children(pid: int) -> list[int]:

@@ -8,17 +8,13 @@ from __future__ import annotations
 
 import gzip
 import json
-import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import click
 import pytest
-import sqlalchemy as sa
 from click.testing import CliRunner
 
 from prunestore import Message, PruneStore
@@ -205,40 +201,6 @@ def test_turn_order_and_duplicate_errors_carry_their_line(cli, tmp_path):
     changed = dict(user(0, turn=5), content="other text")
     clash = lines_file(tmp_path / "clash.jsonl", [user(7, turn=7), changed])
     one_line_error(cli("import", str(clash), code=2), "clash.jsonl, line 2", "id='m0'")
-
-
-def test_ctrl_c_stops_an_import_in_one_line_and_loses_nothing(tmp_path):
-    source = lines_file(
-        tmp_path / "big.jsonl",
-        [
-            {"session": f"s{i % 5}", "id": f"m{i}", "role": "user", "content": f"passage {i} REF:k", "turn": i // 50}
-            for i in range(60_000)
-        ],
-    )
-    url = f"sqlite:///{tmp_path / 'store.db'}"
-    command = [sys.executable, "-m", "prunestore.cli", "--db", url, "import", "--batch-size", "500", str(source)]
-    # A terminal's Ctrl-C reaches the whole process group: the import and its workers.
-    child = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    engine = sa.create_engine(url)
-    deadline, stored = time.monotonic() + 60, 0
-    while time.monotonic() < deadline and child.poll() is None and stored < 3000:
-        time.sleep(0.05)
-        try:
-            with engine.connect() as conn:
-                stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
-        except sa.exc.OperationalError:
-            continue
-    os.killpg(child.pid, signal.SIGINT)
-    out, err = child.communicate(timeout=60)
-    engine.dispose()
-    assert child.returncode == 130, (out, err)
-    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    assert "Interrupted" in err and "run the same command again" in err
-    rerun = subprocess.run(command, capture_output=True, text=True)
-    assert rerun.returncode == 0, rerun.stderr
-    with PruneStore(url) as store:
-        assert sum(len(store.messages(s)) for s in store.sessions()) == 60_000
-        assert store.verify().ok
 
 
 def test_a_transcript_in_the_other_format_is_refused(cli, store_url):

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parents[1] / "examples"
 
 
@@ -34,27 +36,30 @@ def test_chatbot_turns_on_the_test_backend(store_url, tmp_path):
     assert "verify: ok" in output
 
 
-def readme_blocks(language: str) -> list[str]:
-    readme = (EXAMPLES.parent / "README.md").read_text()
-    return [b.split("```", 1)[0] for b in readme.split(f"```{language}\n")[1:]]
+DOCS = [EXAMPLES.parent / "README.md", *sorted((EXAMPLES.parent / "docs").glob("*.md"))]
 
 
-def test_readme_python_blocks_run_alone_and_twice(tmp_path, monkeypatch):
-    """Each block as a reader would try it: alone, in an empty folder, and then once more."""
-    blocks = readme_blocks("python")
-    assert len(blocks) >= 4
+def blocks(language: str, page: Path = DOCS[0]) -> list[str]:
+    return [b.split("```", 1)[0] for b in page.read_text().split(f"```{language}\n")[1:]]
+
+
+@pytest.mark.parametrize("page", DOCS, ids=lambda p: p.name)
+def test_python_blocks_run_alone_and_twice(page, tmp_path, monkeypatch):
+    """Each block of each page as a reader would try it: alone, in an empty folder, and then once more."""
+    found = blocks("python", page)
+    assert found, f"{page.name} has no Python block"
     monkeypatch.delenv("PRUNESTORE_URL", raising=False)
-    for number, block in enumerate(blocks):
+    for number, block in enumerate(found):
         folder = tmp_path / f"block{number}"
         folder.mkdir()
         monkeypatch.chdir(folder)
         for _ in range(2):
-            exec(compile(block, f"README.md block {number}", "exec"), {})
+            exec(compile(block, f"{page.name} block {number}", "exec"), {})
 
 
 def test_readme_json_lines_are_the_example_files_lines():
     example = (EXAMPLES / "session.jsonl").read_text().splitlines()
-    (block,) = readme_blocks("json")
+    (block,) = blocks("json")
     assert block.strip() and all(line in example for line in block.strip().splitlines())
 
 

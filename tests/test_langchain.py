@@ -9,10 +9,10 @@ provider-valid. Each test runs on both backends and with both store classes.
 from __future__ import annotations
 
 import asyncio
-import json
 import threading
 
 import pytest
+from helpers import cached_prompt_equals_cold
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from langchain_core.chat_history import InMemoryChatMessageHistory
@@ -352,22 +352,6 @@ def steps(draw):
 @settings(max_examples=40)
 @given(script=steps())
 def test_the_cached_prompt_equals_a_cold_read(store_url, script):
-    """Writers 0 and 1 share a store (and its cache); writer 2 is another store, as another process would be."""
-    with (
-        PruneStore(store_url) as shared,
-        PruneStore(store_url) as other,
-        PruneStore(store_url, live_cache_bytes=0) as cold,
-    ):
-        shared.rebuild()  # an empty start for every example
-        for name in shared.sessions():
-            shared.delete_session(name)
-        writers = [PrunedChatMessageHistory("s", shared), PrunedChatMessageHistory("s", shared)]
-        writers.append(PrunedChatMessageHistory("s", other))
-        reader, oracle = PrunedChatMessageHistory("s", shared), PrunedChatMessageHistory("s", cold)
-        for writer, batch in script:
-            writers[writer].add_messages(batch)
-            assert reader.messages == oracle.messages
-            assert json.dumps(convert_to_openai_messages(reader.messages)) == json.dumps(
-                convert_to_openai_messages(oracle.messages)
-            )
-        assert shared.verify().ok
+    cached_prompt_equals_cold(
+        store_url, PrunedChatMessageHistory, PrunedChatMessageHistory.add_messages, lambda h: h.messages, script
+    )

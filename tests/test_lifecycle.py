@@ -72,6 +72,25 @@ def test_truncate_equals_batch_over_the_prefix_and_appends_go_on(open_store, pol
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=25)
 @given(data=st.data())
+def test_pop_takes_the_last_message_back_down_to_empty(open_store, policy, data):
+    """Each pop returns the last message and leaves the batch state of what remains; appends go on from it."""
+    store = open_store(policy)
+    ms = data.draw(sessions(min_size=1, max_size=16))
+    session = f"p{next(_names)}"
+    append_in_batches(store, session, data, ms)
+    for n in range(len(ms), 0, -1):
+        popped = store.pop(session)
+        assert popped is not None and popped.to_message() == ms[n - 1]
+        assert_batch_state(store, session, ms[: n - 1], policy)
+        assert [m.id for m in store.live(session)] == [m.id for m in prune(ms[: n - 1], policy=policy).live]
+    assert store.pop(session) is None and store.pop("never-written") is None
+    append_in_batches(store, session, data, ms)
+    assert_batch_state(store, session, ms, policy)
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=25)
+@given(data=st.data())
 def test_truncate_before_a_rebuild_recomputes_the_prefix(open_store, policy, data):
     """History written before a rebuild has no undo journal: the cut falls back to a batch, then journals again."""
     store = open_store(policy)

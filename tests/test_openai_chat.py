@@ -5,11 +5,12 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from helpers import cached_prompt_equals_cold
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from providers import validate_openai
 
-from prunestore import AsyncPruneStore, InvalidMessageError, PruneStore
+from prunestore import AsyncPruneStore, InvalidMessageError
 from prunestore.integrations.openai_chat import OpenAIChatHistory
 
 
@@ -95,17 +96,4 @@ def batches(draw):
 @settings(max_examples=40)
 @given(script=batches())
 def test_the_cached_prompt_equals_a_cold_read(store_url, script):
-    """Writers 0 and 1 share a store (and its cache); writer 2 is another store, as another process would be."""
-    with (
-        PruneStore(store_url) as shared,
-        PruneStore(store_url) as other,
-        PruneStore(store_url, live_cache_bytes=0) as cold,
-    ):
-        for name in shared.sessions():
-            shared.delete_session(name)
-        writers = [OpenAIChatHistory("s", shared), OpenAIChatHistory("s", shared), OpenAIChatHistory("s", other)]
-        reader, oracle = OpenAIChatHistory("s", shared), OpenAIChatHistory("s", cold)
-        for writer, batch in script:
-            writers[writer].add(batch)
-            assert reader.messages() == oracle.messages()
-        assert shared.verify().ok
+    cached_prompt_equals_cold(store_url, OpenAIChatHistory, OpenAIChatHistory.add, OpenAIChatHistory.messages, script)

@@ -138,7 +138,7 @@ def _builder(messages: list[BaseMessage], options: dict[str, Any]) -> Callable[[
             text = "\n".join([text] * bool(text) + [f"{c['name']}({_json(c['args'])})" for c in calls])
             turn = importer.advance(0, isinstance(message, HumanMessage) and bool(text.strip()))
             stored = Message(message_id, _role(message), text, turn, metadata=metadata)
-            out.append(with_call_keys(stored, makes=[c["id"] for c in calls]))
+            out.append(with_call_keys(stored, makes=_call_ids(calls)))
         return out
 
     return build
@@ -154,6 +154,10 @@ def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
     return [
         (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")) for c in calls
     ]
+
+
+def _call_ids(calls: list) -> list[str]:
+    return [call_id for call in calls if (call_id := call.get("id"))]
 
 
 def _role(message: BaseMessage) -> str:
@@ -192,7 +196,7 @@ class _LangChainForm:
         data = (message.metadata or {}).get("langchain")
         item = messages_from_dict([data])[0] if isinstance(data, dict) else _from_plain(message)
         if isinstance(item, AIMessage):
-            return Unit(item, calls=tuple(c["id"] for c in item.tool_calls if c.get("id")))
+            return Unit(item, calls=tuple(_call_ids(item.tool_calls)))
         if isinstance(item, ToolMessage):
             return Unit(item, answers=item.tool_call_id)
         return Unit(item)

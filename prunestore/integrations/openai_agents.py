@@ -105,8 +105,8 @@ class PruneStoreSession:
 
 
 def _builder(items: list[dict], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
-    made = {i.get("call_id") for i in items if _is_call(i)}
-    answered = [i.get("call_id") for i in items if _is_output(i) and i.get("call_id") not in made]
+    made = {i["call_id"] for i in items if _is_call(i)}
+    answered: list[str] = [i["call_id"] for i in items if _is_output(i) and i["call_id"] not in made]
 
     def build(state: SessionState) -> list[Message]:
         importer = importer_after(state, answered, _calls, options)

@@ -77,10 +77,10 @@ def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Call
         role = message.get("role") if isinstance(message, Mapping) else None
         if role not in _OPENAI_ROLES and role != "tool":
             raise InvalidMessageError(f"messages[{index}]={shorten(message)}: not a Chat Completions message")
+        if role == "tool" and not isinstance(message.get("tool_call_id"), str):
+            raise InvalidMessageError(f"messages[{index}].tool_call_id={shorten(message.get('tool_call_id'))}: needed")
     made = {c.get("id") for m in messages for c in m.get("tool_calls") or []}
-    answered = [
-        m.get("tool_call_id") for m in messages if m.get("role") == "tool" and m.get("tool_call_id") not in made
-    ]
+    answered: list[str] = [m["tool_call_id"] for m in messages if m["role"] == "tool" and m["tool_call_id"] not in made]
 
     def build(state: SessionState) -> list[Message]:
         importer = importer_after(state, answered, _calls, options)
@@ -89,7 +89,7 @@ def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Call
             message_id, metadata = f"oai-{seq}", {"openai": dict(original)}
             text = _openai_text(original.get("content"))
             if original["role"] == "tool":
-                call_id = original.get("tool_call_id")
+                call_id: str = original["tool_call_id"]
                 out.append(with_call_keys(importer.result(message_id, call_id, text, metadata), answers=call_id))
                 continue
             calls = [c for c in original.get("tool_calls") or [] if c.get("id")]
