@@ -11,9 +11,9 @@ just those rows. A write by anyone else (another process or store object, a
 truncate, a rebuild) leaves a stamp the entry does not know, and the list is
 read again in full.
 
-Messages without metadata are immutable, so they are shared between calls;
-the others are built afresh from the cached row each time, so a caller that
-edits a metadata dict cannot change what the next call returns.
+The messages are shared between calls: they are immutable, and their
+metadata is read-only (`prunestore.frozen`), so no caller can change what the
+next call returns.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from operator import itemgetter
-from typing import Any, cast
+from typing import Any
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
@@ -51,32 +51,21 @@ def _size(rows: list[tuple]) -> int:
     return text + len(rows) * _ROW_OVERHEAD
 
 
-def _with_metadata(rows: list[tuple]) -> int:
-    return len(rows) - list(map(_METADATA, rows)).count(None)
-
-
-def _shareable(message: StoredMessage) -> StoredMessage | None:
-    return message if message.metadata is None else None
-
-
 @dataclass(frozen=True, slots=True)
 class Entry:
-    """One session's live rows as of `stamp`, once the rows at the `pending` seqs are read again."""
+    """One session's live rows and messages as of `stamp`, once the rows at the `pending` seqs are read again."""
 
     sid: int
     stamp: int
     rows: list[tuple]  # live rows as selected with `storage.FULL_COLUMNS`, in seq order
-    shared: list[StoredMessage | None]  # the message of each row, where it can be shared
+    shared: list[StoredMessage]  # the message of each row, handed to every caller
     size: int
-    unshared: int  # rows with metadata, whose messages are built per call
     pending: frozenset[int] = frozenset()
 
     @classmethod
-    def read(cls, sid: int, stamp: int, rows: list[tuple]) -> tuple[Entry, list[StoredMessage]]:
-        """An entry of freshly read rows, and the messages to return for them."""
-        messages = [stored_message(r) for r in rows]
-        shared = list(map(_shareable, messages))
-        return cls(sid, stamp, rows, shared, _size(rows), _with_metadata(rows)), messages
+    def read(cls, sid: int, stamp: int, rows: list[tuple]) -> Entry:
+        """An entry of freshly read rows."""
+        return cls(sid, stamp, rows, [stored_message(r, frozen=True) for r in rows], _size(rows))
 
     def patched(self, fresh: list[tuple]) -> Entry:
         """This entry with the pending seqs' rows replaced by `fresh` (their live rows, read at `stamp`).
@@ -86,18 +75,14 @@ class Entry:
         """
         rows, shared = self.rows, self.shared
         found = [i for i in (_position(rows, seq) for seq in sorted(self.pending)) if i >= 0]
-        gone = [rows[i] for i in found]
-        size = self.size - _size(gone) + _size(fresh)
-        unshared = self.unshared - _with_metadata(gone) + _with_metadata(fresh)
+        size = self.size - _size([rows[i] for i in found]) + _size(fresh)
         rows, shared = _without(rows, found), _without(shared, found)
         places = [(bisect_left(rows, r[0], key=_SEQ), r) for r in sorted(fresh)]  # rows sort by seq first
-        messages = [(i, _shareable(stored_message(r))) for i, r in places]
-        return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size, unshared)
+        messages = [(i, stored_message(r, frozen=True)) for i, r in places]
+        return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
 
     def messages(self) -> list[StoredMessage]:
-        if not self.unshared:  # no metadata dicts: a copy of the list, at C speed
-            return cast("list[StoredMessage]", self.shared[:])
-        return [m if m is not None else stored_message(r) for r, m in zip(self.rows, self.shared, strict=True)]
+        return self.shared[:]  # a new list, at C speed; the messages (and their metadata) are read-only
 
 
 def _position(rows: list[tuple], seq: int) -> int:

@@ -14,6 +14,7 @@ import secrets
 from collections.abc import Iterable
 
 from .driver import Driver, Statement
+from .frozen import freeze
 from .incremental import KeyState, MsgState
 from .model import RESTORED, StoredMessage
 
@@ -168,8 +169,8 @@ def split_keys(text: str) -> tuple[str, ...]:
 _new_object, _set_attribute = object.__new__, object.__setattr__
 
 
-def stored_message(row) -> StoredMessage:
-    """A `StoredMessage` from a row selected with `FULL_COLUMNS`.
+def stored_message(row, frozen: bool = False) -> StoredMessage:
+    """A `StoredMessage` from a row selected with `FULL_COLUMNS`; `frozen` makes its metadata read-only.
 
     Rows were validated on the way in, so the checks are skipped, and the
     instance is made as `model.unchecked` makes it, inline: a cold `live()`
@@ -199,7 +200,7 @@ def stored_message(row) -> StoredMessage:
             "expires_after_turn": expires,
             "defines": defines,
             "refs": refs,
-            "metadata": json.loads(metadata) if metadata is not None else None,
+            "metadata": None if metadata is None else freeze(json.loads(metadata)) if frozen else json.loads(metadata),
             "seq": seq,
             "verdict": verdict,
             "tokens": tokens,

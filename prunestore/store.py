@@ -652,7 +652,8 @@ class PruneStore:
     def live(self, session: str) -> list[StoredMessage]:
         """The live messages, in append order: what goes into the prompt.
 
-        The list is kept in memory (`PruneStore(live_cache_bytes=...)`, see
+        Their metadata is read-only (`prunestore.frozen`): the messages are
+        shared between calls. The list is kept in memory (`PruneStore(live_cache_bytes=...)`, see
         `prunestore.livecache`): a call after this store's own append reads
         the session's row and the rows that append changed, not the session.
         """
@@ -661,12 +662,12 @@ class PruneStore:
         with db.transaction(self.engine, f"read session {session!r}", snapshot=cached) as driver:
             row = self._session(driver, session)
             if not cached or row.stamp is None:  # no stamp: not written since revision 0003
-                return [stored_message(r) for r in driver.all(_LIVE, {"sid": row.session_id})]
+                return [stored_message(r, frozen=True) for r in driver.all(_LIVE, {"sid": row.session_id})]
             entry = self.live_cache.get(session, row)
             if entry is None:
-                entry, messages = Entry.read(row.session_id, row.stamp, driver.all(_LIVE, {"sid": row.session_id}))
+                entry = Entry.read(row.session_id, row.stamp, driver.all(_LIVE, {"sid": row.session_id}))
                 self.live_cache.put(session, entry)
-                return messages
+                return entry.messages()
             if entry.pending:
                 fresh = driver.chunks(_LIVE_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending))
                 entry = entry.patched(fresh)

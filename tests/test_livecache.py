@@ -8,7 +8,10 @@ of an uncached read.
 
 from __future__ import annotations
 
+import copy
 import itertools
+import json
+import pickle
 import threading
 
 import pytest
@@ -19,6 +22,7 @@ from hypothesis import strategies as st
 
 from prunestore import Message, PruneStore, PruneStoreError, livecache, prune, workloads
 from prunestore.livecache import LiveCache
+from prunestore.storage import stored_message
 
 _names = itertools.count()
 _FULL_READ = "ORDER BY seq"  # of the live-row reads, only the cold read of a whole list sorts in SQL
@@ -66,7 +70,7 @@ def check_bookkeeping(cache: LiveCache) -> None:
     assert cache.size == sum(e.size for e in entries)
     for entry in entries:
         assert entry.size == livecache._size(entry.rows)
-        assert entry.unshared == sum(r[6] is not None for r in entry.rows) == entry.shared.count(None)
+        assert entry.shared == [stored_message(r) for r in entry.rows]
         assert [r[0] for r in entry.rows] == sorted({r[0] for r in entry.rows})
 
 
@@ -108,12 +112,30 @@ def test_a_read_after_its_own_append_reads_only_the_rows_the_append_wrote(tmp_pa
         assert reads() == (1, 0)
 
 
-def test_metadata_a_caller_edits_does_not_reach_the_next_call(store):
-    store.append("s", [Message(id="a", role="user", content="hello", turn=1, metadata={"tags": ["x"]})])
+def test_metadata_is_read_only_and_shared(store):
+    """No caller can change what the next call returns; copies are ordinary, changeable values."""
+    store.append("s", [Message(id="a", role="user", content="hello", turn=1, metadata={"tags": ["x"], "n": 1})])
     first = store.live("s")
-    first[0].metadata["tags"].append("edited")
-    first[0].metadata["new"] = 1
-    assert store.live("s")[0].metadata == {"tags": ["x"]}
+    metadata = first[0].metadata
+    for edit in (
+        lambda: metadata["tags"].append("edited"),
+        lambda: metadata.__setitem__("new", 1),
+        lambda: metadata.update(n=2),
+        lambda: metadata.pop("n"),
+        lambda: metadata["tags"].__setitem__(0, "y"),
+    ):
+        with pytest.raises(TypeError, match="read-only"):
+            edit()
+    second = store.live("s")
+    assert second[0] is first[0] and second[0].metadata == {"tags": ["x"], "n": 1}
+    assert json.dumps(metadata) == '{"tags": ["x"], "n": 1}' and isinstance(metadata, dict)
+    thawed = copy.deepcopy(metadata)
+    thawed["tags"].append("mine")
+    assert type(thawed) is dict and type(thawed["tags"]) is list and pickle.loads(pickle.dumps(metadata)) == metadata
+    mutable = store.messages("s")[0].metadata
+    mutable["new"] = 1  # messages() builds fresh, ordinary dicts
+    assert store.live("s")[0].metadata == {"tags": ["x"], "n": 1}
+    store.append("s", Message(id="b", role="user", content="again", turn=1, metadata=metadata))  # accepted as given
 
 
 def test_the_cache_stays_within_its_bound_and_can_be_turned_off(open_store):

@@ -19,6 +19,7 @@ from typing import Any
 from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
 from ..formats import _OPENAI_ROLES, _openai_text
+from ..frozen import freeze
 from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
@@ -34,7 +35,8 @@ class OpenAIChatHistory:
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
     `amessages`). Options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_openai`. The
-    dicts returned are shared with the store's cache: treat them as read-only.
+    dicts returned are shared with the store's cache, and read-only
+    (`prunestore.frozen`): ``copy.deepcopy`` gives a changeable copy.
     """
 
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
@@ -121,10 +123,10 @@ class _OpenAIChat:
     name = "openai-chat"
 
     def unit(self, message: StoredMessage) -> Unit:
-        original = (message.metadata or {}).get("openai")
+        original = freeze((message.metadata or {}).get("openai"))  # shared by every caller: read-only
         if not isinstance(original, dict):  # appended by hand: the closest Chat Completions message
             role = {"system": "system", "assistant": "assistant"}.get(message.role, "user")
-            return Unit({"role": role, "content": message.content})
+            return Unit(freeze({"role": role, "content": message.content}))
         if original.get("role") == "tool":
             return Unit(original, answers=original.get("tool_call_id"))
         return Unit(original, calls=tuple(c["id"] for c in original.get("tool_calls") or [] if c.get("id")))
@@ -134,7 +136,7 @@ class _OpenAIChat:
         if not calls and not _openai_text(item.get("content")).strip():
             return None
         trimmed = {k: v for k, v in item.items() if k != "tool_calls"}
-        return {**trimmed, "tool_calls": calls} if calls else trimmed
+        return freeze({**trimmed, "tool_calls": calls} if calls else trimmed)
 
 
 OPENAI_CHAT = _OpenAIChat()
