@@ -138,6 +138,10 @@ def test_add_get_pop_clear_like_sqlite_session(open_session):
             await session.add_items(ITEMS[:4])
             await session.add_items(ITEMS[4:])
         assert await ours.get_items() == await theirs.get_items() == ITEMS
+        shared = (await ours.get_items())[0]
+        with pytest.raises(TypeError, match="read-only"):
+            shared["content"] = "changed"  # the items are the cache's: read-only
+        assert {**shared, "content": "changed"}["content"] == "changed" and (await ours.get_items())[0] == ITEMS[0]
         for limit in (None, 1, 3, 0, -1, 100):
             assert await ours.get_items(limit) == await theirs.get_items(limit), limit
         assert await ours.pop_item() == await theirs.pop_item() == ITEMS[-1]

@@ -24,6 +24,7 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
+from ..frozen import freeze
 from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
@@ -72,7 +73,9 @@ class PruneStoreSession:
         """The live items, oldest first; with `limit` (or ``session_settings.limit``), the latest `limit`.
 
         As `SQLiteSession` reads them: ``limit=0`` gives none, a negative limit all.
-        Each item is a copy; what it holds (content lists) is shared and must not be changed.
+        The items are shared with the store's cache, so they are read-only
+        (`prunestore.frozen`): ``dict(item)`` or ``copy.deepcopy(item)`` gives
+        a changeable copy (the SDK makes its own copies before changing one).
         """
         if limit is None and self.session_settings is not None:
             settings = self.session_settings
@@ -82,8 +85,8 @@ class PruneStoreSession:
         except SessionNotFoundError:
             return []
         if limit is not None and limit >= 0:
-            items = items[len(items) - limit :] if limit else []
-        return [dict(item) for item in items]
+            return items[len(items) - limit :] if limit else []
+        return items
 
     async def add_items(self, items: list[Any]) -> None:
         if items:
@@ -225,7 +228,7 @@ class _AgentItems:
     name = "openai-agents"
 
     def unit(self, message: StoredMessage) -> Unit:
-        item = _item_of(message)
+        item = freeze(_item_of(message))
         if _is_call(item):
             return Unit(item, calls=(item["call_id"],))
         if _is_output(item):
