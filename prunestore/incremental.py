@@ -1,6 +1,6 @@
 """Incremental maintenance of one session's verdicts, one append at a time.
 
-The rules are those of `prune` (SPEC section 3); this module keeps their
+The rules are those of `prune` (docs/semantics.md); this module keeps their
 result up to date by touching only what an append can change:
 
 * pass 1, superseded: the last holder of each tool key (an index lookup);

@@ -1,7 +1,7 @@
 """The batch pruner: the definition of "live", written plainly.
 
 `prune` is the oracle the incremental store is checked against, so each pass
-below is a direct transcription of SPEC section 3, with no cleverness.
+below is a direct transcription of docs/semantics.md, with no cleverness.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ class PruneResult:
 def prune(
     messages: Iterable[Message],
     *,
-    policy: Policy = Policy(),  # noqa: B008 (a frozen value, as SPEC writes it)
+    policy: Policy = Policy(),  # noqa: B008 (a frozen value: the documented default)
     current_turn: int | None = None,
     tokenizer: Callable[[str], int] = count_tokens,
 ) -> PruneResult:

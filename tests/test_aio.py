@@ -62,3 +62,18 @@ def test_concurrent_tasks_on_one_session_serialize(store_url):
             assert (await store.verify("shared")).ok
 
     asyncio.run(main())
+
+
+def test_the_async_store_has_every_call_of_the_store_with_the_same_signature():
+    import inspect
+
+    from prunestore import PruneStore
+
+    calls = [name for name, _ in inspect.getmembers(PruneStore, inspect.isfunction) if not name.startswith("_")]
+    assert {"append", "live", "view", "pop", "append_with", "truncate"} <= set(calls)
+    for name in calls:
+        ours = getattr(AsyncPruneStore, name, None)
+        assert ours is not None, f"AsyncPruneStore has no {name}"
+        if name != "close":
+            assert inspect.iscoroutinefunction(ours), name
+        assert inspect.signature(ours) == inspect.signature(getattr(PruneStore, name)), name

@@ -272,6 +272,12 @@ def test_every_command_takes_json_and_db(path):
     assert {"--json", "--db"} <= options
 
 
+@pytest.mark.parametrize("path", [p for p, _ in leaf_commands(main)], ids=" ".join)
+def test_every_command_is_documented(path):
+    page = (ROOT / "docs" / "cli.md").read_text()
+    assert f"`{' '.join(path)}" in page, f"docs/cli.md does not describe {' '.join(path)}"
+
+
 def test_every_command_prints_json_that_parses(cli, store_url):
     """Each command with --json prints one JSON document on standard output, whatever it asks or reports."""
     cli("import", str(EXAMPLE))

@@ -1,4 +1,4 @@
-"""Behaviour of `PruneStore` on both backends: the calls of SPEC section 4 and their errors."""
+"""Behaviour of `PruneStore` on both backends: the calls of docs/api.md and their errors."""
 
 from __future__ import annotations
 
