@@ -118,7 +118,6 @@ def main() -> int:
             for case, values in times.items():
                 median = statistics.median(values)
                 print(f"  {case:<38} {median:>8.2f} {min(values):>8.2f} {median / bare:>8.2f}")
-    print("target: <= 20 ms on SQLite")
     return 0
 
 
