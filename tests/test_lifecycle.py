@@ -49,14 +49,20 @@ def append_in_batches(store: PruneStore, session: str, data, messages: list[Mess
         store.append(session, batch)
 
 
+def filled_session(store: PruneStore, data, max_size: int) -> tuple[str, list[Message]]:
+    """A new session holding a generated list of messages, appended in random batches."""
+    ms = data.draw(sessions(min_size=1, max_size=max_size))
+    session = f"s{next(_names)}"
+    append_in_batches(store, session, data, ms)
+    return session, ms
+
+
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=40)
 @given(data=st.data())
 def test_truncate_equals_batch_over_the_prefix_and_appends_go_on(open_store, policy, data):
     store = open_store(policy)
-    ms = data.draw(sessions(min_size=1, max_size=24))
-    session = f"t{next(_names)}"
-    append_in_batches(store, session, data, ms)
+    session, ms = filled_session(store, data, 24)
     for _ in range(2):  # truncate, append the rest again, truncate elsewhere
         cut = data.draw(st.integers(0, len(ms) - 1), label="cut")
         client = {m.id for m in store.live(session)}
@@ -75,9 +81,7 @@ def test_truncate_equals_batch_over_the_prefix_and_appends_go_on(open_store, pol
 def test_pop_takes_the_last_message_back_down_to_empty(open_store, policy, data):
     """Each pop returns the last message and leaves the batch state of what remains; appends go on from it."""
     store = open_store(policy)
-    ms = data.draw(sessions(min_size=1, max_size=16))
-    session = f"p{next(_names)}"
-    append_in_batches(store, session, data, ms)
+    session, ms = filled_session(store, data, 16)
     for n in range(len(ms), 0, -1):
         popped = store.pop(session)
         assert popped is not None and popped.to_message() == ms[n - 1]
