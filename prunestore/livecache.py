@@ -135,7 +135,7 @@ class LiveCache:
         return self._size
 
     def get(self, name: str, session: SessionRow, view: str | None = None) -> Any:
-        """The entry of this session (and view) if it holds the state `session` was read at."""
+        """The entry of this session (and view), if it matches the stamp on the row `session`."""
         with self._lock:
             entry = self._entries.get((name, view))
             if entry is None or entry.sid != session.session_id or entry.stamp != session.stamp:

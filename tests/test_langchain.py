@@ -355,3 +355,18 @@ def test_the_cached_prompt_equals_a_cold_read(store_url, script):
     cached_prompt_equals_cold(
         store_url, PrunedChatMessageHistory, PrunedChatMessageHistory.add_messages, lambda h: h.messages, script
     )
+
+
+def test_messages_written_without_the_adapter_read_as_the_closest_langchain_messages(store):
+    from prunestore import Message, from_openai
+
+    store.append("chat", [Message("s", "system", "Be brief.", 0), Message("a", "assistant", "Hi.", 0)])
+    store.append("chat", from_openai([{"role": "user", "content": "From a transcript."}], turns=[1]))
+    store.append("chat", Message("t", "tool_output", "a loose tool output", 1))
+    got = PrunedChatMessageHistory("chat", store).messages
+    assert [(type(m).__name__, m.content) for m in got] == [
+        ("SystemMessage", "Be brief."),
+        ("AIMessage", "Hi."),
+        ("HumanMessage", "From a transcript."),
+        ("HumanMessage", "a loose tool output"),  # no call to answer: a provider takes it only as user text
+    ]

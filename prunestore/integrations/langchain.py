@@ -16,6 +16,7 @@ canonical arguments, so a later identical call supersedes it.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -27,6 +28,7 @@ from langchain_core.messages import (
     HumanMessage,
     SystemMessage,
     ToolMessage,
+    convert_to_messages,
     message_to_dict,
     messages_from_dict,
 )
@@ -179,8 +181,6 @@ def _text(message: BaseMessage) -> str:
 
 
 def _json(value: Any) -> str:
-    import json
-
     return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
 
 
@@ -229,7 +229,6 @@ def _other_blocks(content: str | list) -> bool:
 
 def _from_plain(message: StoredMessage) -> BaseMessage:
     """A message not written by this adapter (appended by hand, or imported): the closest LangChain message."""
-    from langchain_core.messages import convert_to_messages
 
     original = (message.metadata or {}).get("openai")
     if isinstance(original, dict):
