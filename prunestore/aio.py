@@ -11,7 +11,8 @@ other tasks.
 - SQLite: in a worker thread, on the blocking engine. SQLite does its I/O on
   the calling thread; an asyncio driver (aiosqlite) would hop to a thread of
   its own for every statement, where this hops once per call (an append is
-  about ten statements: 7.6 against 2.1 ms a turn, measured side by side).
+  about ten statements: an Agents SDK turn on 100 items took 7.6 ms through
+  aiosqlite and 2.1 ms this way).
 """
 
 from __future__ import annotations
