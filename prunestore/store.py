@@ -7,8 +7,8 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from . import db
-from .audit import FirstAppend, compare, expected_state
+from . import db, queries
+from .audit import FirstAppend, expected_state
 from .driver import Driver, Statement
 from .errors import (
     DatabaseError,
@@ -26,20 +26,14 @@ from .formats import Rendered, render
 from .incremental import Maintainer, MsgState, new_state
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, Entry, LiveCache, check_cache_bytes
 from .model import (
-    DUPLICATE,
-    EXPIRED,
-    KEPT,
     LIVE_VERDICTS,
     MESSAGE_FIELDS,
-    RESTORED,
-    SUPERSEDED,
-    VERDICTS,
     Message,
     Policy,
     StoredMessage,
     check_identifier,
 )
-from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .results import Delta, Explanation, Mismatch, Stats, VerifyReport
 from .schema import MESSAGES
 from .storage import (
     DELETE_HOLDER,
@@ -55,7 +49,6 @@ from .storage import (
     join_keys,
     lock_session,
     lock_session_for_append,
-    split_keys,
     stored_message,
     update_session,
 )
@@ -89,32 +82,7 @@ _AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-_ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
-_NEXT_HOLDER = Statement(
-    "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
-    "ORDER BY seq LIMIT 1"
-)
-_FIRST_COPY = Statement(
-    "SELECT m.id FROM prunestore_hash_holders h JOIN prunestore_messages m "
-    "ON m.session_id = h.session_id AND m.seq = h.seq "
-    "WHERE h.session_id = :sid AND h.content_hash = :content_hash ORDER BY h.seq LIMIT 1"
-)
-_DEFINED_KEYS = Statement(
-    "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
-    "AND support > 0 ORDER BY key"
-)
-_COUNTING_REFS = Statement(
-    "SELECT id, eff_refs FROM prunestore_messages WHERE session_id = :sid AND verdict IN :verdicts "
-    "AND eff_refs <> '' ORDER BY seq"
-)
-_KEY_ROWS = Statement("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
-_HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
 _SESSION_NAMES = Statement("SELECT name FROM prunestore_sessions ORDER BY name")
-_STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
-_STATS_ONE = Statement(
-    "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages WHERE session_id = :sid "
-    "GROUP BY verdict"
-)
 _GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
 _PUT_SETTING = Statement(
     "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
@@ -733,78 +701,14 @@ class PruneStore:
     def explain(self, session: str, message_id: str) -> Explanation:
         """The verdict of one message and what caused it."""
         with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
-            row = self._session(driver, session)
-            sid = row.session_id
-            check_identifier("message_id", message_id)
-            found = driver.first(_ONE, {"sid": sid, "id": message_id})
-            if found is None:
-                raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
-            message, content_hash = stored_message(found[:MESSAGE_WIDTH]), bytes(found[MESSAGE_WIDTH])
-            superseded_by = duplicate_of = None
-            if message.base == SUPERSEDED:
-                params = {"sid": sid, "tool_key": message.tool_key, "seq": message.seq}
-                superseded_by = driver.scalar(_NEXT_HOLDER, params)
-            if message.base == DUPLICATE:
-                duplicate_of = driver.scalar(_FIRST_COPY, {"sid": sid, "content_hash": content_hash})
-            needed_for: tuple[str, ...] = ()
-            needed_by: tuple[str, ...] = ()
-            if message.verdict == RESTORED:
-                needed_for, needed_by = self._restoration_cause(driver, sid, message)
-        return Explanation(
-            session=session,
-            message_id=message.id,
-            seq=message.seq,
-            verdict=message.verdict,
-            base=message.base,
-            current_turn=row.current_turn,
-            superseded_by=superseded_by,
-            expires_after_turn=message.expires_after_turn if message.base == EXPIRED else None,
-            duplicate_of=duplicate_of,
-            needed_for=needed_for,
-            needed_by=needed_by,
-        )
-
-    def _restoration_cause(
-        self, driver: Driver, sid: int, message: StoredMessage
-    ) -> tuple[tuple[str, ...], tuple[str, ...]]:
-        """The keys this message is the last definer of, and the counting messages that refer to them.
-
-        Reads the refs of the session's counting messages: fine for an
-        operator's question, and kept off the append path.
-        """
-        defines = sorted(new_state(message, 0).defines)
-        keys = [key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq})]
-        counting = [KEPT, RESTORED] if self.policy.transitive else [KEPT]
-        wanted = set(keys)
-        users = [
-            id_
-            for id_, refs in driver.all(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
-            if id_ != message.id and wanted.intersection(split_keys(refs))
-        ]
-        return tuple(keys), tuple(users)
+            return queries.explain(driver, session, self._session(driver, session), message_id, self.policy)
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""
         with db.transaction(self.engine, "stats", snapshot=True) as driver:
             if session is None:
-                sessions = len(self._names(driver, None))
-                rows = driver.all(_STATS_ALL, {})
-            else:
-                sid = self._session(driver, session).session_id
-                sessions = 1
-                rows = driver.all(_STATS_ONE, {"sid": sid})
-            by_verdict = {v: VerdictStats() for v in VERDICTS}
-            for verdict, count, tokens in rows:
-                by_verdict[verdict] = VerdictStats(int(count), int(tokens))
-        live = [by_verdict[KEPT], by_verdict[RESTORED]]
-        return Stats(
-            sessions=sessions,
-            messages=sum(v.messages for v in by_verdict.values()),
-            tokens=sum(v.tokens for v in by_verdict.values()),
-            live_messages=sum(v.messages for v in live),
-            live_tokens=sum(v.tokens for v in live),
-            by_verdict=by_verdict,
-        )
+                return queries.stats(driver, None, len(self._names(driver, None)))
+            return queries.stats(driver, self._session(driver, session).session_id, 1)
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state."""
@@ -812,22 +716,9 @@ class PruneStore:
         mismatches: list[Mismatch] = []
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
             for name in self._names(driver, session):
-                row = self._session(driver, name)
-                rows = driver.all(_AUDIT, {"sid": row.session_id})
-                stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
-                mismatches.extend(
-                    compare(
-                        name,
-                        (row.current_turn, row.last_seq),
-                        stored,
-                        [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
-                        driver.all(_KEY_ROWS, {"sid": row.session_id}),
-                        driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
-                        self.policy,
-                    )
-                )
-                sessions += 1
-                messages += len(stored)
+                checked, found = queries.verify(driver, name, self._session(driver, name), self.policy)
+                sessions, messages = sessions + 1, messages + checked
+                mismatches.extend(found)
         return VerifyReport(sessions=sessions, messages=messages, mismatches=tuple(mismatches))
 
 

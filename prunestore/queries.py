@@ -1,0 +1,132 @@
+"""The operator's questions about a session: why a message has its verdict, the counts, the audit.
+
+Each runs inside a read transaction the store opened, on its driver; none of
+them is on the append path, so they may read a whole session (`verify` must).
+"""
+
+from __future__ import annotations
+
+from .audit import compare
+from .driver import Driver, Statement
+from .errors import MessageNotFoundError, shorten
+from .incremental import new_state
+from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, VERDICTS, Policy, StoredMessage, check_identifier
+from .results import Explanation, Mismatch, Stats, VerdictStats
+from .storage import FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
+
+__all__ = ["explain", "stats", "verify"]
+
+_ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_NEXT_HOLDER = Statement(
+    "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
+    "ORDER BY seq LIMIT 1"
+)
+_FIRST_COPY = Statement(
+    "SELECT m.id FROM prunestore_hash_holders h JOIN prunestore_messages m "
+    "ON m.session_id = h.session_id AND m.seq = h.seq "
+    "WHERE h.session_id = :sid AND h.content_hash = :content_hash ORDER BY h.seq LIMIT 1"
+)
+_DEFINED_KEYS = Statement(
+    "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
+    "AND support > 0 ORDER BY key"
+)
+_COUNTING_REFS = Statement(
+    "SELECT id, eff_refs FROM prunestore_messages WHERE session_id = :sid AND verdict IN :verdicts "
+    "AND eff_refs <> '' ORDER BY seq"
+)
+_STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
+_STATS_ONE = Statement(
+    "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages WHERE session_id = :sid "
+    "GROUP BY verdict"
+)
+_AUDIT = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
+    "WHERE session_id = :sid ORDER BY seq"
+)
+_KEY_ROWS = Statement("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
+_HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
+
+
+def explain(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Explanation:
+    """The verdict of one message of the session and what caused it."""
+    sid = row.session_id
+    check_identifier("message_id", message_id)
+    found = driver.first(_ONE, {"sid": sid, "id": message_id})
+    if found is None:
+        raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
+    message, content_hash = stored_message(found[:MESSAGE_WIDTH]), bytes(found[MESSAGE_WIDTH])
+    superseded_by = duplicate_of = None
+    if message.base == SUPERSEDED:
+        superseded_by = driver.scalar(_NEXT_HOLDER, {"sid": sid, "tool_key": message.tool_key, "seq": message.seq})
+    if message.base == DUPLICATE:
+        duplicate_of = driver.scalar(_FIRST_COPY, {"sid": sid, "content_hash": content_hash})
+    needed_for: tuple[str, ...] = ()
+    needed_by: tuple[str, ...] = ()
+    if message.verdict == RESTORED:
+        needed_for, needed_by = _restoration_cause(driver, sid, message, policy)
+    return Explanation(
+        session=session,
+        message_id=message.id,
+        seq=message.seq,
+        verdict=message.verdict,
+        base=message.base,
+        current_turn=row.current_turn,
+        superseded_by=superseded_by,
+        expires_after_turn=message.expires_after_turn if message.base == EXPIRED else None,
+        duplicate_of=duplicate_of,
+        needed_for=needed_for,
+        needed_by=needed_by,
+    )
+
+
+def _restoration_cause(
+    driver: Driver, sid: int, message: StoredMessage, policy: Policy
+) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The keys this message is the last definer of, and the counting messages that refer to them.
+
+    Reads the refs of the session's counting messages: fine for an
+    operator's question, and kept off the append path.
+    """
+    defines = sorted(new_state(message, 0).defines)
+    keys = [key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq})]
+    counting = [KEPT, RESTORED] if policy.transitive else [KEPT]
+    wanted = set(keys)
+    users = [
+        id_
+        for id_, refs in driver.all(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
+        if id_ != message.id and wanted.intersection(split_keys(refs))
+    ]
+    return tuple(keys), tuple(users)
+
+
+def stats(driver: Driver, sid: int | None, sessions: int) -> Stats:
+    """Messages and tokens, total and live, per verdict, of the session `sid` (None: of all `sessions`)."""
+    rows = driver.all(_STATS_ALL, {}) if sid is None else driver.all(_STATS_ONE, {"sid": sid})
+    by_verdict = {v: VerdictStats() for v in VERDICTS}
+    for verdict, count, tokens in rows:
+        by_verdict[verdict] = VerdictStats(int(count), int(tokens))
+    live = [by_verdict[KEPT], by_verdict[RESTORED]]
+    return Stats(
+        sessions=sessions,
+        messages=sum(v.messages for v in by_verdict.values()),
+        tokens=sum(v.tokens for v in by_verdict.values()),
+        live_messages=sum(v.messages for v in live),
+        live_tokens=sum(v.tokens for v in live),
+        by_verdict=by_verdict,
+    )
+
+
+def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[int, list[Mismatch]]:
+    """Rerun `prune` over one session's stored messages: how many were checked, and every difference."""
+    rows = driver.all(_AUDIT, {"sid": row.session_id})
+    stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
+    mismatches = compare(
+        name,
+        (row.current_turn, row.last_seq),
+        stored,
+        [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
+        driver.all(_KEY_ROWS, {"sid": row.session_id}),
+        driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
+        policy,
+    )
+    return len(stored), list(mismatches)
