@@ -77,11 +77,18 @@ class Continuation:
         """The continuation of a session that holds `stored` (imported with `from_openai`)."""
         found = cls(turn=stored[-1].turn if stored else 0, position=len(stored))
         for message in stored:
-            original = (message.metadata or {}).get("openai") or {}
-            for call in original.get("tool_calls") or []:
-                function = call.get("function") or {}
-                found.calls[call.get("id")] = (function.get("name"), function.get("arguments"))
+            for call_id, name, arguments in openai_calls((message.metadata or {}).get("openai") or {}):
+                found.calls[call_id] = (name, arguments)
         return found
+
+
+def openai_calls(original: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
+    """The tool calls of a Chat Completions message: (call id, tool name, arguments string)."""
+    calls = []
+    for call in original.get("tool_calls") or []:
+        function = call.get("function") or {}
+        calls.append((call.get("id"), function.get("name"), function.get("arguments")))
+    return calls
 
 
 def tool_key(name: str, arguments: Any) -> str:

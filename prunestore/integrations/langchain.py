@@ -35,6 +35,7 @@ from langchain_core.messages import (
 
 from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
+from ..formats import openai_calls
 from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
@@ -152,10 +153,7 @@ def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
     if "langchain" in metadata:
         calls = metadata["langchain"].get("data", {}).get("tool_calls") or []
         return [(c.get("id"), c.get("name"), c.get("args")) for c in calls]
-    calls = (metadata.get("openai") or {}).get("tool_calls") or []  # written by an earlier version
-    return [
-        (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments")) for c in calls
-    ]
+    return openai_calls(metadata.get("openai") or {})  # written by an earlier version
 
 
 def _call_ids(calls: list) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
-from ..formats import _OPENAI_ROLES, _openai_text
+from ..formats import _OPENAI_ROLES, _openai_text, openai_calls
 from ..frozen import freeze
 from ..model import Message, StoredMessage
 from ..storage import SessionState
@@ -94,27 +94,20 @@ def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Call
                 call_id: str = original["tool_call_id"]
                 out.append(with_call_keys(importer.result(message_id, call_id, text, metadata), answers=call_id))
                 continue
-            calls = [c for c in original.get("tool_calls") or [] if c.get("id")]
-            for call in calls:
-                function = call.get("function") or {}
-                importer.calls[call["id"]] = (function.get("name"), function.get("arguments"))
-            lines = [text] * bool(text) + [
-                f"{(c.get('function') or {}).get('name')}({(c.get('function') or {}).get('arguments')})" for c in calls
-            ]
+            calls = [call for call in openai_calls(original) if call[0]]
+            for call_id, name, arguments in calls:
+                importer.calls[call_id] = (name, arguments)
+            lines = [text] * bool(text) + [f"{name}({arguments})" for _, name, arguments in calls]
             turn = importer.advance(0, original["role"] == "user" and bool(text.strip()))
             stored = Message(message_id, _OPENAI_ROLES[original["role"]], "\n".join(lines), turn, metadata=metadata)
-            out.append(with_call_keys(stored, makes=[c["id"] for c in calls]))
+            out.append(with_call_keys(stored, makes=[call_id for call_id, _, _ in calls]))
         return out
 
     return build
 
 
-def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
-    original = (stored.metadata or {}).get("openai") or {}
-    return [
-        (c.get("id"), (c.get("function") or {}).get("name"), (c.get("function") or {}).get("arguments"))
-        for c in original.get("tool_calls") or []
-    ]
+def _calls(stored: StoredMessage) -> list[tuple[Any, Any, Any]]:
+    return openai_calls((stored.metadata or {}).get("openai") or {})
 
 
 class _OpenAIChat:
