@@ -69,8 +69,9 @@ class AsyncPruneStore:
         self._cache = LiveCache(live_cache_bytes)
         self._unused: Any = None if self._threaded else self.engine
         self._loops: dict[Any, tuple[Any, PruneStore]] = {}  # event loop (None: threads) -> (engine, store)
-        self._opening: dict[Any, asyncio.Lock] = {}
+        self._opening: dict[Any, asyncio.Lock] = {}  # PostgreSQL: one lock per event loop
         self._guard = threading.Lock()
+        self._opening_lock = threading.Lock()  # SQLite: opening happens in a worker thread, under this lock
 
     async def open(self) -> AsyncPruneStore:
         """Create or migrate the schema and settle the policy (once; later calls return at once)."""
@@ -83,18 +84,24 @@ class AsyncPruneStore:
         opened = self._loops.get(loop)
         if opened is not None:
             return opened[1]
+        if self._threaded:  # loops of other threads may be opening it too: wait for them in a worker thread
+            return await self._in_thread(self._open_threaded)
         with self._guard:
-            opening = self._opening.setdefault(loop, asyncio.Lock())
+            opening = self._opening.setdefault(loop, asyncio.Lock())  # this loop's alone
         async with opening:
             if loop not in self._loops:
-                opened = await (self._open_threaded() if self._threaded else self._open_in_loop())
+                opened = await self._open_in_loop()
                 with self._guard:
                     self._loops[loop] = opened
             return self._loops[loop][1]
 
-    async def _open_threaded(self) -> tuple[Any, PruneStore]:
-        store = await self._in_thread(PruneStore._over, self.engine, self.url, *self._options, live_cache=self._cache)
-        return self.engine, store
+    def _open_threaded(self) -> PruneStore:
+        """Open the store once, whichever thread asks first; the others wait for it."""
+        with self._opening_lock:
+            if None not in self._loops:
+                store = PruneStore._over(self.engine, self.url, *self._options, live_cache=self._cache)
+                self._loops[None] = (self.engine, store)
+            return self._loops[None][1]
 
     async def _in_thread(self, function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         call = functools.partial(contextvars.copy_context().run, function, *args, **kwargs)

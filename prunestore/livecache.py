@@ -135,7 +135,7 @@ class LiveCache:
         return self._size
 
     def get(self, name: str, session: SessionRow, view: str | None = None) -> Any:
-        """The entry of this session (and view), if it matches the stamp on the row `session`."""
+        """The cached entry under this name and view, when its key and stamp are those on the row given."""
         with self._lock:
             entry = self._entries.get((name, view))
             if entry is None or entry.sid != session.session_id or entry.stamp != session.stamp:

@@ -77,3 +77,37 @@ def test_the_async_store_has_every_call_of_the_store_with_the_same_signature():
         if name != "close":
             assert inspect.iscoroutinefunction(ours), name
         assert inspect.signature(ours) == inspect.signature(getattr(PruneStore, name)), name
+
+
+def test_event_loops_in_several_threads_open_one_store_at_once(store_url):
+    """The first calls from several loops race to open the store: each must wait for the one opening, not fail."""
+    import threading
+
+    store = AsyncPruneStore(store_url)
+    errors: list[BaseException] = []
+    start = threading.Barrier(4)
+
+    def use(n: int) -> None:
+        async def main() -> None:
+            await store.append(f"s{n}", Message("m", "user", f"hi {n}", 0))
+
+        start.wait()
+        try:
+            asyncio.run(main())
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=use, args=(n,)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=120)
+
+    async def names() -> list[str]:
+        try:
+            return await store.sessions()
+        finally:
+            await store.close()
+
+    assert not errors, errors
+    assert asyncio.run(names()) == ["s0", "s1", "s2", "s3"]
