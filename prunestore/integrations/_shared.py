@@ -10,17 +10,20 @@ alive while its result is live.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
+from ..aio import AsyncPruneStore
 from ..formats import _Importer
 from ..model import Message
 from ..storage import SessionState
+from ..store import PruneStore
 from ..text import KEY_PATTERN
 
-__all__ = ["call_key", "importer_after", "with_call_keys"]
+__all__ = ["call_key", "importer_after", "with_call_keys", "on_store", "blocking"]
 
 _MAX_PLAIN_ID = 100
 
@@ -64,3 +67,18 @@ def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str 
     defines = message.defines + tuple(call_key(c) for c in makes)
     refs = message.refs + ((call_key(answers),) if answers is not None else ())
     return replace(message, defines=defines, refs=refs)
+
+
+async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any) -> Any:
+    """`store.<name>(*args)`: awaited on an `AsyncPruneStore`, run in a worker thread on a `PruneStore`."""
+    method = getattr(store, name)
+    if isinstance(store, AsyncPruneStore):
+        return await method(*args)
+    return await asyncio.to_thread(method, *args)
+
+
+def blocking(store: PruneStore | AsyncPruneStore, instead: str) -> PruneStore:
+    """The store, for an adapter's blocking methods; an `AsyncPruneStore` there is a mistake that names `instead`."""
+    if not isinstance(store, PruneStore):
+        raise TypeError(f"this history wraps an AsyncPruneStore: use {instead}")
+    return store

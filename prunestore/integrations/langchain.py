@@ -15,7 +15,6 @@ canonical arguments, so a later identical call supersedes it.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -40,7 +39,7 @@ from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import importer_after, with_call_keys
+from ._shared import blocking, importer_after, on_store, with_call_keys
 
 __all__ = ["PrunedChatMessageHistory", "LANGCHAIN"]
 
@@ -78,10 +77,8 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
             return []
 
     async def aget_messages(self) -> list[BaseMessage]:
-        if not isinstance(self.store, AsyncPruneStore):
-            return await asyncio.to_thread(lambda: self.messages)
         try:
-            return await self.store.view(self.session, LANGCHAIN)
+            return await on_store(self.store, "view", self.session, LANGCHAIN)
         except SessionNotFoundError:
             return []
 
@@ -92,10 +89,8 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
             self._blocking().append_with(self.session, _builder(list(messages), self.options))
 
     async def aadd_messages(self, messages: Sequence[BaseMessage]) -> None:
-        if not isinstance(self.store, AsyncPruneStore):
-            await asyncio.to_thread(self.add_messages, messages)
-        elif messages:
-            await self.store.append_with(self.session, _builder(list(messages), self.options))
+        if messages:
+            await on_store(self.store, "append_with", self.session, _builder(list(messages), self.options))
 
     def clear(self) -> None:
         try:
@@ -104,18 +99,13 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
             pass
 
     async def aclear(self) -> None:
-        if not isinstance(self.store, AsyncPruneStore):
-            await asyncio.to_thread(self.clear)
-            return
         try:
-            await self.store.delete_session(self.session)
+            await on_store(self.store, "delete_session", self.session)
         except SessionNotFoundError:
             pass
 
     def _blocking(self) -> PruneStore:
-        if not isinstance(self.store, PruneStore):
-            raise TypeError("this history wraps an AsyncPruneStore: use aget_messages / aadd_messages / aclear")
-        return self.store
+        return blocking(self.store, "aget_messages / aadd_messages / aclear")
 
 
 # -- LangChain messages in ------------------------------------------------------------

@@ -17,7 +17,6 @@ number of session objects, tasks, threads and processes may share a session.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable, Collection
 from typing import Any
@@ -29,7 +28,7 @@ from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import importer_after, with_call_keys
+from ._shared import importer_after, on_store, with_call_keys
 
 __all__ = ["PruneStoreSession", "AGENT_ITEMS"]
 
@@ -63,12 +62,6 @@ class PruneStoreSession:
         self.session_settings = session_settings
         self.options = {"keep_tools": keep_tools, "document_tools": document_tools, "ttl": ttl, "keys_of": keys_of}
 
-    async def _run(self, name: str, *args: Any) -> Any:
-        method = getattr(self.store, name)
-        if isinstance(self.store, AsyncPruneStore):
-            return await method(*args)
-        return await asyncio.to_thread(method, *args)
-
     async def get_items(self, limit: int | None = None) -> list[dict]:
         """The live items, oldest first; with `limit` (or ``session_settings.limit``), the latest `limit`.
 
@@ -81,7 +74,7 @@ class PruneStoreSession:
             settings = self.session_settings
             limit = settings.get("limit") if isinstance(settings, dict) else getattr(settings, "limit", None)
         try:
-            items = await self._run("view", self.session_id, AGENT_ITEMS)
+            items = await on_store(self.store, "view", self.session_id, AGENT_ITEMS)
         except SessionNotFoundError:
             return []
         if limit is not None and limit >= 0:
@@ -90,16 +83,18 @@ class PruneStoreSession:
 
     async def add_items(self, items: list[Any]) -> None:
         if items:
-            await self._run("append_with", self.session_id, _builder([_plain(i) for i in items], self.options))
+            await on_store(
+                self.store, "append_with", self.session_id, _builder([_plain(i) for i in items], self.options)
+            )
 
     async def pop_item(self) -> dict | None:
         """Remove the session's last stored item and return it: one atomic call on the store."""
-        popped = await self._run("pop", self.session_id)
+        popped = await on_store(self.store, "pop", self.session_id)
         return None if popped is None else _item_of(popped)
 
     async def clear_session(self) -> None:
         try:
-            await self._run("delete_session", self.session_id)
+            await on_store(self.store, "delete_session", self.session_id)
         except SessionNotFoundError:
             pass
 

@@ -12,7 +12,6 @@ stays.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -24,7 +23,7 @@ from ..model import Message, StoredMessage
 from ..storage import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import importer_after, with_call_keys
+from ._shared import blocking, importer_after, on_store, with_call_keys
 
 __all__ = ["OpenAIChatHistory", "OPENAI_CHAT"]
 
@@ -55,23 +54,17 @@ class OpenAIChatHistory:
             return []
 
     async def aadd(self, messages: Sequence[Mapping[str, Any]]) -> None:
-        if not isinstance(self.store, AsyncPruneStore):
-            await asyncio.to_thread(self.add, messages)
-        elif messages:
-            await self.store.append_with(self.session, _builder(list(messages), self.options))
+        if messages:
+            await on_store(self.store, "append_with", self.session, _builder(list(messages), self.options))
 
     async def amessages(self) -> list[dict]:
-        if not isinstance(self.store, AsyncPruneStore):
-            return await asyncio.to_thread(self.messages)
         try:
-            return await self.store.view(self.session, OPENAI_CHAT)
+            return await on_store(self.store, "view", self.session, OPENAI_CHAT)
         except SessionNotFoundError:
             return []
 
     def _blocking(self) -> PruneStore:
-        if not isinstance(self.store, PruneStore):
-            raise TypeError("this history wraps an AsyncPruneStore: use aadd / amessages")
-        return self.store
+        return blocking(self.store, "aadd / amessages")
 
 
 def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
