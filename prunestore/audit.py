@@ -5,18 +5,25 @@ from `prune` (and not from the incremental code) is what makes the check
 independent. The first append to an empty session is decided the same way
 (`FirstAppend`): with nothing stored, a batch is cheaper than one message at
 a time, and later appends are still checked against `prune` by the tests.
+
+Under a budget or `clear_at_least` the prompt is a fold over the messages,
+and `prune` computes it plainly, in time quadratic in the session's length.
+There the expected state is a replay of the session through the maintainer
+in memory instead (linear; the tests check it against `prune`), which still
+finds any stored row that differs from what the messages imply.
 """
 
 from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass
 from operator import attrgetter
 
-from .incremental import KeyState, MsgState, new_state
-from .model import DUPLICATE, KEPT, Policy, StoredMessage
-from .prune import PruneResult, passes, prune
+from .incremental import KeyState, Maintainer, MsgState, NoRows, new_state
+from .model import DUPLICATE, KEPT, Policy, StoredMessage, supports
+from .prompt import PromptCounters
+from .prune import passes, prune
 from .results import Mismatch
 
 __all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "compare"]
@@ -24,15 +31,18 @@ __all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "comp
 
 @dataclass
 class ExpectedState:
-    result: PruneResult
+    current_turn: int
     states: list[MsgState]  # one per message, seq and verdicts filled in
     keys: dict[str, KeyState]
     hash_holders: set[tuple[bytes, int]]
+    prompt: PromptCounters | None = None  # the session's prompt totals, under a budget or `clear_at_least`
 
 
 def expected_state(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedState:
     """Run `prune` over a session's stored messages and derive the rows an up-to-date store holds."""
     current_turn = messages[-1].turn if messages else 0
+    if policy.gathers:
+        return _replayed(messages, policy)
     result = prune(messages, policy=policy, current_turn=current_turn)
     states = []
     for message in messages:
@@ -43,7 +53,20 @@ def expected_state(messages: Sequence[StoredMessage], policy: Policy) -> Expecte
         states.append(state)
 
     keys, holders = index_rows(states, policy)
-    return ExpectedState(result, states, keys, holders)
+    return ExpectedState(current_turn, states, keys, holders)
+
+
+def _replayed(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedState:
+    """Append the messages one by one to an empty session in memory: the fold, in linear time."""
+    maintainer = Maintainer(NoRows(), policy, 0, 0)
+    for message in messages:
+        maintainer.append(new_state(message, message.tokens))
+    assert maintainer.prompt is not None
+    keys = {
+        key: ks for key, ks in maintainer.key_states.items() if ks.definer is not None or ks.support or ks.kept_refs
+    }
+    added, _ = maintainer.hash_holder_changes()
+    return ExpectedState(maintainer.current_turn, maintainer.new, keys, set(added), maintainer.prompt.counters)
 
 
 def index_rows(states: Sequence[MsgState], policy: Policy) -> tuple[dict[str, KeyState], set[tuple[bytes, int]]]:
@@ -54,7 +77,7 @@ def index_rows(states: Sequence[MsgState], policy: Policy) -> tuple[dict[str, Ke
     for state in states:
         for key in state.defines:
             keys.setdefault(key, KeyState(key)).definer = state.seq
-        counts = state.base == KEPT or (policy.transitive and state.restored)
+        counts = supports(state.base, state.restored, policy.transitive)
         for key in state.refs:
             keys.setdefault(key, KeyState(key))
             support[key] += counts
@@ -108,7 +131,7 @@ class FirstAppend:
 
 def compare(
     session: str,
-    turn_and_last_seq: tuple[int, int],
+    session_row: tuple[int, ...],
     stored: Sequence[StoredMessage],
     derived: Sequence[tuple[bytes, str, str]],
     key_rows: Iterable[tuple[str, int | None, int, int]],
@@ -117,7 +140,8 @@ def compare(
 ) -> list[Mismatch]:
     """Every difference between a session's stored rows and what a batch rerun derives.
 
-    `derived` holds each message's stored content hash and effective keys
+    `session_row` is the stored (current turn, last seq, prompt tokens,
+    pending tokens, events). `derived` holds each message's stored content hash and effective keys
     (space-separated defines and refs); `key_rows` and `holder_rows` are the
     session's rows of the key and hash-holder indexes.
     """
@@ -131,17 +155,19 @@ def compare(
     differ(
         "session",
         "current turn and last seq",
-        turn_and_last_seq,
-        (expected.result.current_turn, stored[-1].seq if stored else 0),
+        session_row[:2],
+        (expected.current_turn, stored[-1].seq if stored else 0),
     )
+    if expected.prompt is not None:
+        differ("session", "prompt tokens, pending tokens, events", session_row[2:], astuple(expected.prompt))
     for message, (content_hash, defines, refs), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         differ("base", message.id, message.base, state.base)
         differ("content_hash", message.id, content_hash, state.content_hash)
         differ("effective_keys", message.id, (defines, refs), (" ".join(state.defines), " ".join(state.refs)))
-    have_keys = {key: (definer, support, kept) for key, definer, support, kept in key_rows}
-    want_keys = {k: (ks.definer, ks.support, ks.kept_refs) for k, ks in expected.keys.items()}
-    empty = (None, 0, 0)
+    have_keys = {key: tuple(values) for key, *values in key_rows}
+    want_keys = {k: (ks.definer, ks.support, ks.kept_refs, ks.evicted_refs) for k, ks in expected.keys.items()}
+    empty = (None, 0, 0, 0)
     for key in sorted(set(have_keys) | set(want_keys)):
         differ("key", key, have_keys.get(key, empty), want_keys.get(key, empty))
     have_holders = {(bytes(h), seq) for h, seq in holder_rows}

@@ -33,8 +33,10 @@ from typing import Protocol
 
 from .model import (
     DUPLICATE,
+    EVICTED,
     EXPIRED,
     KEPT,
+    PENDING,
     RESTORED,
     SUPERSEDED,
     Message,
@@ -43,6 +45,7 @@ from .model import (
     effective_refs,
     encode_metadata,
 )
+from .prompt import PromptCounters, PromptKeeper
 from .text import content_hash
 
 __all__ = ["MsgState", "KeyState", "Rows", "Maintainer", "new_state"]
@@ -62,20 +65,32 @@ class MsgState:
     content_hash: bytes
     base: str
     restored: bool
-    was_live: bool = False
+    turn: int = 0
+    tokens: int = 0
+    # In the prompt: None while removals are not gathered into events (the prompt is then
+    # the live set); otherwise kept apart, with `evicted` (see `prompt.PromptKeeper`).
+    visible: bool | None = None
+    evicted: bool = False
+    was_in_prompt: bool = False
     dirty: bool = False
     message: Message | None = None  # set for messages appended in this transaction
-    tokens: int = 0
     metadata_json: str | None = None  # the metadata as stored, encoded once
     original: tuple[str, str] | None = None  # (base, verdict) as loaded, for the undo journal
 
     @property
     def live(self) -> bool:
+        """Live by the passes (kept or restored), whether or not it is in the prompt."""
         return self.base == KEPT or self.restored
 
     @property
+    def in_prompt(self) -> bool:
+        return self.live if self.visible is None else self.visible
+
+    @property
     def verdict(self) -> str:
-        return RESTORED if self.restored else self.base
+        if self.visible is None or self.visible == self.live:
+            return RESTORED if self.restored else self.base
+        return PENDING if self.visible else EVICTED
 
 
 def new_state(message: Message, tokens: int) -> MsgState:
@@ -91,6 +106,7 @@ def new_state(message: Message, tokens: int) -> MsgState:
         content_hash=content_hash(message.content),
         base=KEPT,
         restored=False,
+        turn=message.turn,
         message=message,
         tokens=tokens,
         metadata_json=encode_metadata(message.metadata),
@@ -105,8 +121,14 @@ class KeyState:
     definer: int | None = None
     support: int = 0
     kept_refs: int = 0
+    evicted_refs: int = 0  # referrers counted in `support` that the budget evicted from the prompt
     dirty: bool = False
-    original: tuple[int | None, int, int] | None = None  # as loaded; None for a key new in this transaction
+    original: tuple[int | None, int, int, int] | None = None  # as loaded; None for a key new in this transaction
+
+    @property
+    def shown_support(self) -> int:
+        """Counting referrers still in the prompt: while above 0, the definer may not be evicted."""
+        return self.support - self.evicted_refs
 
 
 class Rows(Protocol):
@@ -125,6 +147,39 @@ class Rows(Protocol):
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         """The smallest stored surviving holder of a hash with seq > after_seq."""
         ...
+
+    def pending(self) -> list[MsgState]:
+        """Stored messages the passes dropped that are still in the prompt, waiting for an event."""
+        ...
+
+    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
+        """Up to `limit` stored messages in the prompt with seq > after_seq, in seq order."""
+        ...
+
+
+class NoRows:
+    """`Rows` of a session with nothing stored: a maintainer over it is an in-memory replay."""
+
+    def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
+        return []
+
+    def last_tool_holder(self, tool_key: str) -> MsgState | None:
+        return None
+
+    def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
+        return []
+
+    def keys(self, keys: Iterable[str]) -> list[KeyState]:
+        return []
+
+    def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
+        return None
+
+    def pending(self) -> list[MsgState]:
+        return []
+
+    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
+        return []
 
 
 @dataclass(eq=False)
@@ -146,7 +201,9 @@ class Maintainer:
     every change made in this transaction is seen by later steps.
     """
 
-    def __init__(self, rows: Rows, policy: Policy, current_turn: int, last_seq: int) -> None:
+    def __init__(
+        self, rows: Rows, policy: Policy, current_turn: int, last_seq: int, prompt: PromptCounters | None = None
+    ) -> None:
         self.rows = rows
         self.policy = policy
         self.transitive = policy.transitive
@@ -161,49 +218,52 @@ class Maintainer:
         self._pending_expiry: list[tuple[int, int, MsgState]] = []  # heap of new messages with a TTL
         self._suspects: list[MsgState] = []
         self._candidates: list[MsgState] = []
+        self.prompt = PromptKeeper(self, prompt or PromptCounters()) if policy.gathers else None
 
     # -- loading, through the identity map -------------------------------
 
-    def _adopt(self, state: MsgState) -> MsgState:
+    def adopt(self, state: MsgState) -> MsgState:
         known = self.msgs.get(state.seq)
         if known is not None:
             return known
-        state.was_live = state.live
+        if self.prompt is None:
+            state.visible, state.evicted = None, False
+        state.was_in_prompt = state.in_prompt
         state.original = (state.base, state.verdict)
         self.msgs[state.seq] = state
         return state
 
-    def _messages(self, seqs: Iterable[int]) -> list[MsgState]:
+    def messages(self, seqs: Iterable[int]) -> list[MsgState]:
         seqs = list(seqs)
         missing = [s for s in seqs if s not in self.msgs]
         if missing:
             for state in self.rows.messages_by_seq(missing):
-                self._adopt(state)
+                self.adopt(state)
         return [self.msgs[s] for s in seqs]
 
-    def _keys(self, keys: Iterable[str]) -> list[KeyState]:
+    def keys(self, keys: Iterable[str]) -> list[KeyState]:
         if not keys:
             return []
         keys = list(keys)
         missing = [k for k in keys if k not in self.key_states]
         if missing:
             for ks in self.rows.keys(missing):
-                ks.original = (ks.definer, ks.support, ks.kept_refs)
+                ks.original = (ks.definer, ks.support, ks.kept_refs, ks.evicted_refs)
                 self.key_states[ks.key] = ks
             for k in missing:
                 if k not in self.key_states:
                     self.key_states[k] = KeyState(k)
         return [self.key_states[k] for k in keys]
 
-    def _definers(self, keys: Iterable[str], exclude: MsgState | None = None) -> list[MsgState]:
-        seqs = {ks.definer for ks in self._keys(keys) if ks.definer is not None}
+    def definers(self, keys: Iterable[str], exclude: MsgState | None = None) -> list[MsgState]:
+        seqs = {ks.definer for ks in self.keys(keys) if ks.definer is not None}
         if exclude is not None:
             seqs.discard(exclude.seq)
-        return self._messages(sorted(seqs))
+        return self.messages(sorted(seqs))
 
     def _defined_keys(self, state: MsgState) -> list[KeyState]:
         """The keys whose last definer is this message."""
-        return [ks for ks in self._keys(state.defines) if ks.definer == state.seq]
+        return [ks for ks in self.keys(state.defines) if ks.definer == state.seq]
 
     # -- pass 2: the surviving holders of each content hash --------------
 
@@ -241,18 +301,24 @@ class Maintainer:
             group.lost_first = False
             first = self._first_holder(group)
             if first is not None:
-                (state,) = self._messages([first])
+                (state,) = self.messages([first])
                 if state.base == DUPLICATE:
                     self._set_base(state, KEPT)
 
     # -- verdict changes and the reference counts they move --------------
 
+    def touch(self, state: MsgState) -> None:
+        """Mark a message as changed by this append; called before the change, so the prompt sees what it was."""
+        if self.prompt is not None:
+            self.prompt.note(state)
+        state.dirty = True
+
     def _set_base(self, state: MsgState, base: str) -> None:
         old = state.base
         if old == base:
             return
+        self.touch(state)
         state.base = base
-        state.dirty = True
         if old in (KEPT, DUPLICATE) and base in (SUPERSEDED, EXPIRED) and state.role in self.policy.dedupe_roles:
             self._leave_group(state)
         if old == KEPT:
@@ -261,7 +327,7 @@ class Maintainer:
             self._start_keeping(state)
 
     def _count_refs(self, state: MsgState, delta: int, *, kept: bool, support: bool) -> None:
-        for ks in self._keys(state.refs):
+        for ks in self.keys(state.refs):
             if kept:
                 ks.kept_refs += delta
             if support:
@@ -274,7 +340,7 @@ class Maintainer:
         state.restored = False
         self._count_refs(state, +1, kept=True, support=not already_counted)
         if not already_counted:
-            self._candidates.extend(self._definers(state.refs, exclude=state))
+            self._candidates.extend(self.definers(state.refs, exclude=state))
 
     def _stop_keeping(self, state: MsgState) -> None:
         """A kept message is dropped: it stays restored only if something still needs it.
@@ -286,7 +352,7 @@ class Maintainer:
         state.restored = True
         self._suspects.append(state)
         if not self.transitive:
-            self._suspects.extend(d for d in self._definers(state.refs, exclude=state) if d.restored)
+            self._suspects.extend(d for d in self.definers(state.refs, exclude=state) if d.restored)
 
     # -- pass 3: restoration to a fixed point ----------------------------
 
@@ -311,7 +377,7 @@ class Maintainer:
                 continue
             region[state.seq] = state
             if self.transitive:
-                stack.extend(d for d in self._definers(state.refs) if d.restored and d.seq not in region)
+                stack.extend(d for d in self.definers(state.refs) if d.restored and d.seq not in region)
         if not region:
             return
         inside = Counter(k for s in region.values() for k in s.refs) if self.transitive else Counter()
@@ -327,11 +393,11 @@ class Maintainer:
                 continue
             reached.add(state.seq)
             if self.transitive:
-                stack.extend(d for d in self._definers(state.refs) if d.seq in region and d.seq not in reached)
+                stack.extend(d for d in self.definers(state.refs) if d.seq in region and d.seq not in reached)
         for state in region.values():
             if state.seq not in reached:
+                self.touch(state)
                 state.restored = False
-                state.dirty = True
                 if self.transitive:
                     self._count_refs(state, -1, kept=False, support=True)
 
@@ -342,17 +408,17 @@ class Maintainer:
             state = stack.pop()
             if state.live or not any(ks.support > 0 for ks in self._defined_keys(state)):
                 continue
+            self.touch(state)
             state.restored = True
-            state.dirty = True
             if self.transitive:
                 self._count_refs(state, +1, kept=False, support=True)
-                stack.extend(self._definers(state.refs, exclude=state))
+                stack.extend(self.definers(state.refs, exclude=state))
 
     # -- the append itself ------------------------------------------------
 
     def _advance_turn(self, turn: int) -> None:
         """Expire every surviving message whose expiry turn is now behind."""
-        stored = [self._adopt(s) for s in self.rows.expiring(self.current_turn, turn)]
+        stored = [self.adopt(s) for s in self.rows.expiring(self.current_turn, turn)]
         fresh = []
         while self._pending_expiry and self._pending_expiry[0][0] < turn:
             fresh.append(heapq.heappop(self._pending_expiry)[2])
@@ -366,7 +432,7 @@ class Maintainer:
         if holder is not None:
             return holder
         stored = self.rows.last_tool_holder(tool_key)
-        return self._adopt(stored) if stored is not None else None
+        return self.adopt(stored) if stored is not None else None
 
     def append(self, state: MsgState) -> None:
         """Apply one new message, given as a state with its effective keys filled in."""
@@ -376,8 +442,11 @@ class Maintainer:
             self._advance_turn(state.message.turn)
         self.last_seq += 1
         state.seq = self.last_seq
-        state.base, state.restored, state.was_live, state.dirty = KEPT, False, False, True
+        state.base, state.restored, state.was_in_prompt, state.dirty = KEPT, False, False, True
         self.msgs[state.seq] = state
+        if self.prompt is not None:
+            state.visible, state.evicted = False, False
+            self.prompt.note(state)
         self.new.append(state)
         if state.expires_after_turn is not None:
             heapq.heappush(self._pending_expiry, (state.expires_after_turn, state.seq, state))
@@ -394,10 +463,10 @@ class Maintainer:
                 state.base = DUPLICATE
             group.added[state.seq] = None
 
-        self._keys(state.defines + state.refs)
-        for ks in self._keys(state.defines):
+        self.keys(state.defines + state.refs)
+        for ks in self.keys(state.defines):
             if ks.definer is not None:
-                (previous_definer,) = self._messages([ks.definer])
+                (previous_definer,) = self.messages([ks.definer])
                 if previous_definer.restored:
                     self._suspects.append(previous_definer)
             ks.definer = state.seq
@@ -405,10 +474,12 @@ class Maintainer:
 
         if state.base == KEPT:
             self._count_refs(state, +1, kept=True, support=True)
-            self._candidates.extend(self._definers(state.refs, exclude=state))
+            self._candidates.extend(self.definers(state.refs, exclude=state))
         else:
             self._candidates.append(state)
         self._settle()
+        if self.prompt is not None:
+            self.prompt.step()
 
     # -- what to write back ----------------------------------------------
 
@@ -426,12 +497,12 @@ class Maintainer:
         return added, removed
 
     def delta(self) -> tuple[list[str], list[str]]:
-        """Ids that became live and ids that stopped being live, in append order."""
+        """Ids that came into the prompt and ids that left it, in append order."""
         added, removed = [], []
         for seq in sorted(self.msgs):
             state = self.msgs[seq]
-            if state.live and not state.was_live:
+            if state.in_prompt and not state.was_in_prompt:
                 added.append(state.id)
-            elif state.was_live and not state.live:
+            elif state.was_in_prompt and not state.in_prompt:
                 removed.append(state.id)
         return added, removed

@@ -34,8 +34,10 @@ RESTORED = "restored"
 SUPERSEDED = "superseded"
 EXPIRED = "expired"
 DUPLICATE = "duplicate"
-VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE)
-LIVE_VERDICTS = (KEPT, RESTORED)
+EVICTED = "evicted"  # live by the passes, taken out of the prompt to stay under the budget
+PENDING = "pending"  # dropped by the passes, still in the prompt until the next removal event
+VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING)
+LIVE_VERDICTS = (KEPT, RESTORED, PENDING)  # what goes into the prompt
 
 
 def _fail(field_name: str, value: object, why: str) -> InvalidMessageError:
@@ -192,40 +194,88 @@ class StoredMessage(Message):
         )
 
 
+def supports(base: str, restored: bool, transitive: bool) -> bool:
+    """Whether a message's refs count as support for their definers: kept ones, and restored ones in transitive mode.
+
+    The one definition used by the maintainer, the audit and `explain` (docs/semantics.md, pass 5).
+    """
+    return base == KEPT or (transitive and restored)
+
+
 RESTORE_MODES = ("transitive", "direct")
 
 
 @dataclass(frozen=True)
 class Policy:
-    """What the passes drop and how restoration follows dependencies.
+    """What the passes drop, how restoration follows dependencies, and the token budget.
 
     `dedupe_roles` are the roles whose repeated contents are duplicates;
     `restore` is ``"transitive"`` (refs of restored messages restore more) or
     ``"direct"`` (only refs of kept messages count, as the reference article).
+    `budget` caps the prompt's tokens by evicting the oldest messages no live
+    message needs; `clear_at_least` gathers removals into events of at least
+    that many tokens, so the prompt stays a growing prefix between them (and
+    the provider's prompt cache warm); `pinned_roles` are never evicted.
+    See docs/semantics.md, "Budget and removal events".
     """
 
     dedupe_roles: frozenset[str] = frozenset({"retrieved_doc"})
     restore: str = "transitive"
+    budget: int | None = None
+    clear_at_least: int = 0
+    pinned_roles: frozenset[str] = frozenset({"system"})
 
     def __post_init__(self) -> None:
-        roles = self.dedupe_roles
-        if isinstance(roles, str) or not isinstance(roles, Iterable):
-            raise InvalidPolicyError(f"dedupe_roles={shorten(roles)}: must be a set of roles")
-        unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
-        if unknown:
-            raise InvalidPolicyError(f"dedupe_roles={shorten(unknown)}: unknown role")
-        object.__setattr__(self, "dedupe_roles", frozenset(roles))
+        object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))
+        object.__setattr__(self, "pinned_roles", _roles("pinned_roles", self.pinned_roles))
         if not isinstance(self.restore, str) or self.restore not in RESTORE_MODES:
             raise InvalidPolicyError(f"restore={shorten(self.restore)}: must be 'transitive' or 'direct'")
+        if self.budget is not None and not _count(self.budget, 1):
+            raise InvalidPolicyError(f"budget={shorten(self.budget)}: must be None or an int >= 1 (tokens)")
+        if not _count(self.clear_at_least, 0):
+            raise InvalidPolicyError(f"clear_at_least={shorten(self.clear_at_least)}: must be an int >= 0 (tokens)")
 
     @property
     def transitive(self) -> bool:
         return self.restore == "transitive"
 
+    @property
+    def gathers(self) -> bool:
+        """Whether a budget or `clear_at_least` is set: removals then wait for events (else prompt = live)."""
+        return self.budget is not None or self.clear_at_least > 0
+
     def to_json(self) -> str:
-        return json.dumps({"dedupe_roles": sorted(self.dedupe_roles), "restore": self.restore}, sort_keys=True)
+        return json.dumps(
+            {
+                "dedupe_roles": sorted(self.dedupe_roles),
+                "restore": self.restore,
+                "budget": self.budget,
+                "clear_at_least": self.clear_at_least,
+                "pinned_roles": sorted(self.pinned_roles),
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
         data = json.loads(text)
-        return cls(dedupe_roles=frozenset(data["dedupe_roles"]), restore=data["restore"])
+        return cls(
+            dedupe_roles=frozenset(data["dedupe_roles"]),
+            restore=data["restore"],
+            budget=data.get("budget"),
+            clear_at_least=data.get("clear_at_least", 0),
+            pinned_roles=frozenset(data.get("pinned_roles", ["system"])),
+        )
+
+
+def _roles(field_name: str, roles: object) -> frozenset[str]:
+    if isinstance(roles, str) or not isinstance(roles, Iterable):
+        raise InvalidPolicyError(f"{field_name}={shorten(roles)}: must be a set of roles")
+    unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
+    if unknown:
+        raise InvalidPolicyError(f"{field_name}={shorten(unknown)}: unknown role")
+    return frozenset(roles)
+
+
+def _count(value: object, minimum: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value < 2**63

@@ -15,8 +15,10 @@ from typing import Protocol, TypeVar
 from .errors import DuplicateMessageError, InvalidMessageError, shorten
 from .model import (
     DUPLICATE,
+    EVICTED,
     EXPIRED,
     KEPT,
+    PENDING,
     RESTORED,
     SUPERSEDED,
     VERDICTS,
@@ -29,7 +31,7 @@ from .text import count_tokens, normalize
 
 P = TypeVar("P", bound="Passable")
 
-__all__ = ["PruneResult", "passes", "prune"]
+__all__ = ["PruneResult", "Prompt", "fold_prompt", "passes", "prune"]
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,10 @@ class PruneResult:
     `base` holds each message's verdict before restoration (so a restored
     message's base says why it would have been dropped). Token totals are
     counted when first asked for: counting costs more than pruning.
+
+    Under a budget or `clear_at_least`, `live` is the prompt: `events` counts
+    the removal events, `pending_tokens` what waits for the next one, and
+    `over_budget` says that what may not be evicted exceeds the budget.
     """
 
     messages: list[Message] = field(repr=False)
@@ -48,6 +54,9 @@ class PruneResult:
     current_turn: int
     counts: dict[str, int]
     tokenizer: Callable[[str], int] = field(default=count_tokens, repr=False, compare=False)
+    events: int = 0
+    pending_tokens: int = 0
+    over_budget: bool = False
 
     @property
     def messages_before(self) -> int:
@@ -100,6 +109,15 @@ def prune(
         bases[m.id] = base[i]
         verdicts[m.id] = RESTORED if i in restored else base[i]
     live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
+    prompt = Prompt()
+    if policy.gathers:
+        prompt = fold_prompt(ms, policy, current_turn, [tokenizer(m.content) for m in ms])
+        for i, m in enumerate(ms):
+            if i in prompt.evicted:
+                verdicts[m.id] = EVICTED
+            elif i in prompt.shown and not (kept[i] or i in restored):
+                verdicts[m.id] = PENDING
+        live = [m for i, m in enumerate(ms) if i in prompt.shown]
     counts = Counter(verdicts.values())
     return PruneResult(
         messages=ms,
@@ -109,6 +127,9 @@ def prune(
         current_turn=current_turn,
         counts={v: counts.get(v, 0) for v in VERDICTS},
         tokenizer=tokenizer,
+        events=prompt.events,
+        pending_tokens=prompt.pending_tokens,
+        over_budget=prompt.over_budget,
     )
 
 
@@ -178,3 +199,98 @@ def passes(
         if policy.transitive:
             pending.extend(refs(ms[d]))
     return [b or KEPT for b in base], restored
+
+
+@dataclass
+class Prompt:
+    """The fold's state: positions in the prompt, positions evicted, events so far."""
+
+    shown: set[int] = field(default_factory=set)
+    evicted: set[int] = field(default_factory=set)
+    events: int = 0
+    pending_tokens: int = 0
+    over_budget: bool = False
+
+
+def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens: Sequence[int]) -> Prompt:
+    """The prompt under a budget or `clear_at_least`: a fold over the messages in append order.
+
+    After each message (and once more at `current_turn` when it is later than
+    the last message's turn), the passes are run over the messages so far,
+    and the prompt moves as docs/semantics.md says. Quadratic, and plainly so.
+    """
+    keys = _Keys(
+        text=[normalize(m.content) for m in ms],
+        defines=[effective_defines(m) for m in ms],
+        refs=[effective_refs(m) for m in ms],
+    )
+    prompt = Prompt()
+    steps = [(i + 1, m.turn) for i, m in enumerate(ms)]
+    if not ms or current_turn > ms[-1].turn:
+        steps.append((len(ms), current_turn))
+    for count, turn in steps:
+        _step(prompt, ms[:count], policy, turn, tokens, keys)
+    return prompt
+
+
+@dataclass(frozen=True)
+class _Keys:
+    """What the passes read of each message, by position, worked out once."""
+
+    text: list[str]
+    defines: list[frozenset[str]]
+    refs: list[frozenset[str]]
+
+
+def _step(prompt: Prompt, ms: Sequence[Message], policy: Policy, turn: int, tokens: Sequence[int], keys: _Keys) -> None:
+    position = {id(m): i for i, m in enumerate(ms)}
+    base, restored = passes(
+        ms,
+        policy,
+        turn,
+        text=lambda m: keys.text[position[id(m)]],
+        defines=lambda m: keys.defines[position[id(m)]],
+        refs=lambda m: keys.refs[position[id(m)]],
+    )
+    live = {i for i in range(len(ms)) if base[i] == KEPT or i in restored}
+    definer = {key: i for i in range(len(ms)) for key in keys.defines[i]}
+
+    def counts(i: int) -> bool:  # its refs support their definers (pass 3)
+        return i in live and (policy.transitive or base[i] == KEPT)
+
+    def needed() -> set[int]:  # definers a counting message in the prompt refers to, other than itself
+        return {definer[k] for j in prompt.shown if counts(j) for k in keys.refs[j] if definer.get(k, j) != j}
+
+    def total(positions: Iterable[int]) -> int:
+        return sum(tokens[i] for i in positions)
+
+    # Dropped by the passes: no longer evicted. Live and not evicted: in the prompt at once.
+    prompt.evicted &= live
+    prompt.shown |= live - prompt.evicted
+    # Definers that a counting message in the prompt refers to come back at once, to a fixed point.
+    back = needed() & prompt.evicted
+    while back:
+        prompt.evicted -= back
+        prompt.shown |= back
+        back = needed() & prompt.evicted
+
+    pending = prompt.shown - live
+    over = policy.budget is not None and total(prompt.shown) > policy.budget
+    if over or 0 < total(pending) >= policy.clear_at_least:
+        prompt.events += 1
+        prompt.shown -= pending
+        if over:
+            assert policy.budget is not None
+            while total(prompt.shown) > policy.budget - policy.clear_at_least:
+                keep = needed()
+                evictable = [
+                    i
+                    for i in sorted(prompt.shown)
+                    if ms[i].role not in policy.pinned_roles and ms[i].turn < turn and i not in keep
+                ]
+                if not evictable:
+                    break
+                prompt.shown.discard(evictable[0])
+                prompt.evicted.add(evictable[0])
+    prompt.pending_tokens = total(prompt.shown - live)
+    prompt.over_budget = policy.budget is not None and total(prompt.shown) > policy.budget

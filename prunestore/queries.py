@@ -6,11 +6,27 @@ them is on the append path, so they may read a whole session (`verify` must).
 
 from __future__ import annotations
 
+from dataclasses import astuple
+
 from .audit import compare
 from .driver import Driver, Statement
 from .errors import MessageNotFoundError, shorten
 from .incremental import new_state
-from .model import DUPLICATE, EXPIRED, KEPT, RESTORED, SUPERSEDED, VERDICTS, Policy, StoredMessage, check_identifier
+from .model import (
+    DUPLICATE,
+    EVICTED,
+    EXPIRED,
+    KEPT,
+    LIVE_VERDICTS,
+    PENDING,
+    RESTORED,
+    SUPERSEDED,
+    VERDICTS,
+    Policy,
+    StoredMessage,
+    check_identifier,
+    supports,
+)
 from .results import Explanation, Mismatch, Stats, VerdictStats
 from .storage import FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
@@ -30,9 +46,9 @@ _DEFINED_KEYS = Statement(
     "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
     "AND support > 0 ORDER BY key"
 )
-_COUNTING_REFS = Statement(
-    "SELECT id, eff_refs FROM prunestore_messages WHERE session_id = :sid AND verdict IN :verdicts "
-    "AND eff_refs <> '' ORDER BY seq"
+_LIVE_REFS = Statement(
+    "SELECT id, eff_refs, base, verdict FROM prunestore_messages WHERE session_id = :sid "
+    "AND verdict IN ('kept', 'restored', 'evicted') AND eff_refs <> '' ORDER BY seq"
 )
 _STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
 _STATS_ONE = Statement(
@@ -43,7 +59,16 @@ _AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-_KEY_ROWS = Statement("SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid")
+_KEY_ROWS = Statement(
+    "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid"
+)
+_PROMPT_ONE = Statement(
+    "SELECT events, CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END FROM prunestore_sessions "
+    "WHERE session_id = :sid"
+)
+_PROMPT_ALL = Statement(
+    "SELECT sum(events), sum(CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END) FROM prunestore_sessions"
+)
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
 
 
@@ -62,7 +87,7 @@ def explain(driver: Driver, session: str, row: SessionRow, message_id: str, poli
         duplicate_of = driver.scalar(_FIRST_COPY, {"sid": sid, "content_hash": content_hash})
     needed_for: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
-    if message.verdict == RESTORED:
+    if _restored(message.base, message.verdict):
         needed_for, needed_by = _restoration_cause(driver, sid, message, policy)
     return Explanation(
         session=session,
@@ -76,7 +101,15 @@ def explain(driver: Driver, session: str, row: SessionRow, message_id: str, poli
         duplicate_of=duplicate_of,
         needed_for=needed_for,
         needed_by=needed_by,
+        budget=policy.budget,
+        clear_at_least=policy.clear_at_least,
+        pending_tokens=row.prompt.pending,
     )
+
+
+def _restored(base: str, verdict: str) -> bool:
+    """Restored by the passes (an evicted message keeps the base verdict it had)."""
+    return verdict == RESTORED or (verdict == EVICTED and base != KEPT)
 
 
 def _restoration_cause(
@@ -89,23 +122,28 @@ def _restoration_cause(
     """
     defines = sorted(new_state(message, 0).defines)
     keys = [key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq})]
-    counting = [KEPT, RESTORED] if policy.transitive else [KEPT]
     wanted = set(keys)
     users = [
         id_
-        for id_, refs in driver.all(_COUNTING_REFS, {"sid": sid, "verdicts": counting})
-        if id_ != message.id and wanted.intersection(split_keys(refs))
+        for id_, refs, base, verdict in driver.all(_LIVE_REFS, {"sid": sid})
+        if id_ != message.id
+        and supports(base, _restored(base, verdict), policy.transitive)
+        and wanted.intersection(split_keys(refs))
     ]
     return tuple(keys), tuple(users)
 
 
-def stats(driver: Driver, sid: int | None, sessions: int) -> Stats:
+def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Stats:
     """Messages and tokens, total and live, per verdict, of the session `sid` (None: of all `sessions`)."""
     rows = driver.all(_STATS_ALL, {}) if sid is None else driver.all(_STATS_ONE, {"sid": sid})
     by_verdict = {v: VerdictStats() for v in VERDICTS}
     for verdict, count, tokens in rows:
         by_verdict[verdict] = VerdictStats(int(count), int(tokens))
-    live = [by_verdict[KEPT], by_verdict[RESTORED]]
+    live = [by_verdict[v] for v in LIVE_VERDICTS]
+    events, over = 0, 0
+    if policy.gathers:
+        params = {"sid": sid, "budget": policy.budget if policy.budget is not None else 2**62}
+        events, over = driver.first(_PROMPT_ALL if sid is None else _PROMPT_ONE, params) or (0, 0)
     return Stats(
         sessions=sessions,
         messages=sum(v.messages for v in by_verdict.values()),
@@ -113,6 +151,10 @@ def stats(driver: Driver, sid: int | None, sessions: int) -> Stats:
         live_messages=sum(v.messages for v in live),
         live_tokens=sum(v.tokens for v in live),
         by_verdict=by_verdict,
+        budget=policy.budget,
+        pending_tokens=by_verdict[PENDING].tokens,
+        events=int(events or 0),
+        over_budget=int(over or 0),
     )
 
 
@@ -122,7 +164,7 @@ def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[
     stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq),
+        (row.current_turn, row.last_seq, *astuple(row.prompt)),
         stored,
         [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),

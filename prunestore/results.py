@@ -15,12 +15,15 @@ class Delta:
     `live_removed` the ids that stopped being live, each in append order. A
     new message that is dead on arrival is in neither. `appended` counts the
     messages this call stored: a message already stored with the same
-    fields (a retry) is skipped and not counted.
+    fields (a retry) is skipped and not counted. With a budget or
+    `clear_at_least`, "live" means in the prompt, and `events` counts the
+    removal events this append held (their removals are in `live_removed`).
     """
 
     live_added: tuple[str, ...] = ()
     live_removed: tuple[str, ...] = ()
     appended: int = 0
+    events: int = 0
 
     def __bool__(self) -> bool:
         return bool(self.live_added or self.live_removed)
@@ -36,7 +39,10 @@ class Explanation:
     `expires_after_turn` with the session's `current_turn`, `duplicate_of`
     (the surviving earlier copy), and for a restored message `needed_for`
     (the keys it is the last definer of that live messages refer to) and
-    `needed_by` (those messages).
+    `needed_by` (those messages). Under a budget, an ``evicted`` message is
+    live by the passes but out of the prompt, and a ``pending`` one is
+    dropped by the passes (`base` says why) but still in the prompt until the
+    next removal event.
     """
 
     session: str
@@ -50,10 +56,14 @@ class Explanation:
     duplicate_of: str | None = None
     needed_for: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
+    budget: int | None = None
+    clear_at_least: int = 0
+    pending_tokens: int = 0  # the session's, waiting for the next removal event
 
     @property
     def live(self) -> bool:
-        return self.verdict in ("kept", "restored")
+        """In the prompt."""
+        return self.verdict in ("kept", "restored", "pending")
 
     @property
     def reason(self) -> str:
@@ -67,11 +77,18 @@ class Explanation:
             parts.append(f"expired after turn {self.expires_after_turn} (session is at turn {self.current_turn})")
         if self.base == "duplicate":
             parts.append(f"duplicate of {self.duplicate_of!r}")
-        if self.verdict == "restored":
+        if self.needed_for:
             keys = ", ".join(self.needed_for)
             users = ", ".join(repr(i) for i in self.needed_by)
             verb = "refers" if len(self.needed_by) == 1 else "refer"
             parts.append(f"restored: it defines {keys}, which {users} {verb} to")
+        if self.verdict == "evicted":
+            parts.append(f"evicted to stay under the budget of {self.budget} tokens")
+        if self.verdict == "pending":
+            parts.append(
+                f"still in the prompt until the next removal event ({self.pending_tokens} tokens pending, "
+                f"an event at {self.clear_at_least} or over the budget)"
+            )
         return "; ".join(parts)
 
 
@@ -113,7 +130,11 @@ class VerdictStats:
 
 @dataclass(frozen=True)
 class Stats:
-    """Messages and tokens of one session (or all), total, live and per verdict."""
+    """Messages and tokens of one session (or all), total, live (in the prompt) and per verdict.
+
+    Under a budget or `clear_at_least`, also the pending tokens, the removal
+    events so far and how many sessions are over the budget.
+    """
 
     sessions: int
     messages: int
@@ -121,6 +142,10 @@ class Stats:
     live_messages: int
     live_tokens: int
     by_verdict: dict[str, VerdictStats] = field(default_factory=dict)
+    budget: int | None = None
+    pending_tokens: int = 0  # in the prompt, waiting for the next removal event
+    events: int = 0  # removal events so far
+    over_budget: int = 0  # sessions whose prompt is over the budget (what may not be evicted exceeds it)
 
     @property
     def reduction(self) -> float:

@@ -32,6 +32,10 @@ SESSIONS = sa.Table(
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     # A new random value on every write to the session; NULL until its first write after 0003.
     sa.Column("stamp", sa.BigInteger),
+    # The prompt's totals under a budget or `clear_at_least` (see `prunestore.prompt`); 0 otherwise.
+    sa.Column("prompt_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("pending_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("events", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 MESSAGES = sa.Table(
@@ -79,6 +83,21 @@ MESSAGES = sa.Table(
         sqlite_where=sa.text("expires_after_turn IS NOT NULL"),
         postgresql_where=sa.text("expires_after_turn IS NOT NULL"),
     ),
+    # The messages in the prompt, and those waiting for a removal event.
+    sa.Index(
+        "prunestore_messages_in_prompt",
+        "session_id",
+        "seq",
+        sqlite_where=sa.text("verdict IN ('kept', 'restored', 'pending')"),
+        postgresql_where=sa.text("verdict IN ('kept', 'restored', 'pending')"),
+    ),
+    sa.Index(
+        "prunestore_messages_pending",
+        "session_id",
+        "seq",
+        sqlite_where=sa.text("verdict = 'pending'"),
+        postgresql_where=sa.text("verdict = 'pending'"),
+    ),
 )
 
 HASH_HOLDERS = sa.Table(
@@ -98,5 +117,6 @@ KEYS = sa.Table(
     sa.Column("definer_seq", sa.BigInteger),
     sa.Column("support", sa.Integer, nullable=False),
     sa.Column("kept_refs", sa.Integer, nullable=False),
+    sa.Column("evicted_refs", sa.Integer, nullable=False, server_default="0"),
     sqlite_with_rowid=False,
 )

@@ -16,7 +16,8 @@ from collections.abc import Iterable
 from .driver import Driver, Statement
 from .frozen import freeze
 from .incremental import KeyState, MsgState
-from .model import RESTORED, StoredMessage
+from .model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
+from .prompt import PromptCounters
 
 __all__ = [
     "FULL_COLUMNS",
@@ -35,7 +36,9 @@ __all__ = [
     "stored_message",
 ]
 
-_STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict"
+_STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens"
+# The messages in the prompt; a partial index of the same condition serves the reads that ask for it.
+IN_PROMPT = "verdict IN ('kept', 'restored', 'pending')"
 
 
 def message_columns(alias: str = "") -> str:
@@ -69,14 +72,14 @@ _MESSAGE_COLUMNS = (
 # The session row holds the current turn and last seq: on PostgreSQL a writer that
 # waited for the row lock re-reads the locked row's newest version, while a
 # subquery in the same statement would still see the snapshot from before the wait.
-SELECT_SESSION = Statement(
-    "SELECT session_id, current_turn, last_seq, stamp FROM prunestore_sessions WHERE name = :name"
-)
-LOCK_SESSION_PG = Statement(
-    "SELECT session_id, current_turn, last_seq, stamp FROM prunestore_sessions WHERE name = :name FOR UPDATE"
-)
+_SESSION_COLUMNS = "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events"
+_SESSION_WIDTH = 7
+SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name")
+LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name FOR UPDATE")
 _WITH_IDS = (
-    "SELECT s.session_id, s.current_turn, s.last_seq, s.stamp, "
+    "SELECT "
+    + ", ".join("s." + c for c in _SESSION_COLUMNS.split(", "))
+    + ", "
     + message_columns("m")
     + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
@@ -100,7 +103,8 @@ _INSERT_SESSION = Statement(
     "ON CONFLICT (name) DO NOTHING"
 )
 _UPDATE_SESSION = Statement(
-    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp WHERE session_id = :sid"
+    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
+    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -112,7 +116,13 @@ EXPIRING = Statement(
     "AND expires_after_turn >= :lo AND expires_after_turn < :hi AND base IN ('kept', 'duplicate')"
 )
 KEYS_BY_NAME = Statement(
-    "SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid AND key IN :keys",
+    "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys "
+    "WHERE session_id = :sid AND key IN :keys",
+)
+PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
+IN_PROMPT_AFTER = Statement(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} AND seq > :after "
+    "ORDER BY seq LIMIT :limit"
 )
 FIRST_HOLDER_AFTER = Statement(
     "SELECT seq FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash "
@@ -127,10 +137,10 @@ UPDATE_VERDICT = Statement(
     "UPDATE prunestore_messages SET base = :base, verdict = :verdict WHERE session_id = :sid AND seq = :seq"
 )
 UPSERT_KEY = Statement(
-    "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs) "
-    "VALUES (:sid, :key, :definer_seq, :support, :kept_refs) "
+    "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs, evicted_refs) "
+    "VALUES (:sid, :key, :definer_seq, :support, :kept_refs, :evicted_refs) "
     "ON CONFLICT (session_id, key) DO UPDATE SET definer_seq = excluded.definer_seq, "
-    "support = excluded.support, kept_refs = excluded.kept_refs"
+    "support = excluded.support, kept_refs = excluded.kept_refs, evicted_refs = excluded.evicted_refs"
 )
 INSERT_HOLDER = Statement(
     "INSERT INTO prunestore_hash_holders (session_id, content_hash, seq) VALUES (:sid, :content_hash, :seq)"
@@ -211,7 +221,8 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
 
 
 def _state(row) -> MsgState:
-    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict = row
+    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens = row
+    evicted = verdict == EVICTED
     return MsgState(
         seq=seq,
         id=id_,
@@ -222,7 +233,11 @@ def _state(row) -> MsgState:
         refs=split_keys(refs),
         content_hash=bytes(content_hash),
         base=base,
-        restored=verdict == RESTORED,
+        restored=verdict == RESTORED or (evicted and base != KEPT),
+        turn=turn,
+        tokens=tokens,
+        visible=verdict in LIVE_VERDICTS,
+        evicted=evicted,
     )
 
 
@@ -230,15 +245,25 @@ def _state(row) -> MsgState:
 
 
 class SessionRow:
-    """The session's key, current turn, last seq and change stamp, as read (under its lock, for writers)."""
+    """A session row as read (under its lock, for writers): key, turn, last seq, change stamp, prompt totals."""
 
-    __slots__ = ("session_id", "current_turn", "last_seq", "stamp")
+    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt")
 
-    def __init__(self, session_id: int, current_turn: int, last_seq: int, stamp: int | None) -> None:
+    def __init__(
+        self,
+        session_id: int,
+        current_turn: int,
+        last_seq: int,
+        stamp: int | None,
+        prompt_tokens: int = 0,
+        pending_tokens: int = 0,
+        events: int = 0,
+    ) -> None:
         self.session_id = session_id
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
+        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events)
 
 
 def new_stamp() -> int:
@@ -254,15 +279,26 @@ def create_session(driver: Driver, name: str) -> None:
     driver.run(_INSERT_SESSION, {"name": name, "stamp": new_stamp()})
 
 
-def update_session(driver: Driver, session: SessionRow, current_turn: int, last_seq: int) -> None:
-    """Write the session's turn and last seq with a new stamp, and record all three on `session`.
+def update_session(
+    driver: Driver, session: SessionRow, current_turn: int, last_seq: int, prompt: PromptCounters | None = None
+) -> None:
+    """Write the session's turn, last seq and prompt totals with a new stamp, and record them on `session`.
 
     Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
     """
     stamp = new_stamp()
-    params = {"sid": session.session_id, "turn": current_turn, "last_seq": last_seq, "stamp": stamp}
+    prompt = prompt or PromptCounters()
+    params = {
+        "sid": session.session_id,
+        "turn": current_turn,
+        "last_seq": last_seq,
+        "stamp": stamp,
+        "prompt_tokens": prompt.tokens,
+        "pending_tokens": prompt.pending,
+        "events": prompt.events,
+    }
     driver.run(_UPDATE_SESSION, params)
-    session.current_turn, session.last_seq, session.stamp = current_turn, last_seq, stamp
+    session.current_turn, session.last_seq, session.stamp, session.prompt = current_turn, last_seq, stamp, prompt
 
 
 def find_session(driver: Driver, name: str) -> SessionRow | None:
@@ -292,14 +328,19 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
         rows = driver.all(select, {"name": name, "ids": ids[start : start + 500] or [""]})
         if not rows:
             break
-        row = SessionRow(*rows[0][:4])
+        row = SessionRow(*rows[0][:_SESSION_WIDTH])
         if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
             found = {
                 m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids))
             }
             break
         found.update(
-            (m.id, m) for m in (stored_message(r[4:-1] if driver.postgres else r[4:]) for r in rows if r[4] is not None)
+            (m.id, m)
+            for m in (
+                stored_message(r[_SESSION_WIDTH : -1 if driver.postgres else None])
+                for r in rows
+                if r[_SESSION_WIDTH] is not None
+            )
         )
     if row is None:
         create_session(driver, name)
@@ -354,11 +395,18 @@ class SessionRows:
 
     def keys(self, keys: Iterable[str]) -> list[KeyState]:
         rows = self.driver.chunks(KEYS_BY_NAME, {"sid": self.sid}, "keys", keys)
-        return [KeyState(key, definer, support, kept) for key, definer, support, kept in rows]
+        return [KeyState(key, definer, support, kept, evicted) for key, definer, support, kept, evicted in rows]
 
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
         return self.driver.scalar(FIRST_HOLDER_AFTER, params)
+
+    def pending(self) -> list[MsgState]:
+        return [_state(row) for row in self.driver.all(PENDING_ROWS, {"sid": self.sid})]
+
+    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
+        rows = self.driver.all(IN_PROMPT_AFTER, {"sid": self.sid, "after": after_seq, "limit": limit})
+        return [_state(row) for row in rows]
 
     def message_row(self, state: MsgState, journal: str | None = None) -> tuple:
         """The values of `INSERT_MESSAGE`, in its column order."""
@@ -397,16 +445,19 @@ class SessionRows:
         current_turn: int,
         last_seq: int,
         journal: str | None = None,
+        prompt: PromptCounters | None = None,
     ) -> None:
         """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
 
         `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message.
         """
         with self.driver.pipeline():
-            self._write_back(new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal)
+            self._write_back(
+                new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt
+            )
 
     def _write_back(
-        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal=None
+        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal=None, prompt=None
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         if new:
@@ -420,7 +471,14 @@ class SessionRows:
             run_many(
                 UPSERT_KEY,
                 [
-                    {"sid": sid, "key": k.key, "definer_seq": k.definer, "support": k.support, "kept_refs": k.kept_refs}
+                    {
+                        "sid": sid,
+                        "key": k.key,
+                        "definer_seq": k.definer,
+                        "support": k.support,
+                        "kept_refs": k.kept_refs,
+                        "evicted_refs": k.evicted_refs,
+                    }
                     for k in keys
                 ],
             )
@@ -428,4 +486,4 @@ class SessionRows:
             run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        update_session(self.driver, self.session, current_turn, last_seq)
+        update_session(self.driver, self.session, current_turn, last_seq, prompt)

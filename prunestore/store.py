@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
@@ -23,7 +24,7 @@ from .errors import (
     shorten,
 )
 from .formats import Rendered, render
-from .incremental import Maintainer, MsgState, new_state
+from .incremental import Maintainer, MsgState, NoRows, new_state
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, Entry, LiveCache, check_cache_bytes
 from .model import (
     LIVE_VERDICTS,
@@ -38,6 +39,7 @@ from .schema import MESSAGES
 from .storage import (
     DELETE_HOLDER,
     FULL_COLUMNS,
+    IN_PROMPT,
     MESSAGE_WIDTH,
     MESSAGES_BY_ID,
     VERDICT_COLUMN,
@@ -69,12 +71,10 @@ _RETRY_SQLSTATES = {"23505", "40001", "40P01"}
 _ATTEMPTS = 3
 
 _LIVE = Statement(
-    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
-    "AND verdict IN ('kept', 'restored') ORDER BY seq"
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} ORDER BY seq"
 )
 _LIVE_BY_SEQ = Statement(
-    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid "
-    "AND seq IN :seqs AND verdict IN ('kept', 'restored')"
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs AND {IN_PROMPT}"
 )
 _ALL = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 _ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
@@ -392,12 +392,15 @@ class PruneStore:
         if not fresh:
             return Delta()
         maintainer: Maintainer | FirstAppend
-        if row.last_seq == 0:
+        prompt_before = replace(row.prompt)
+        if row.last_seq == 0 and not self.policy.gathers:
             maintainer = FirstAppend(fresh, self.policy, row.current_turn)
         else:
-            maintainer = Maintainer(rows, self.policy, row.current_turn, row.last_seq)
+            source = rows if row.last_seq else NoRows()
+            maintainer = Maintainer(source, self.policy, row.current_turn, row.last_seq, replace(row.prompt))
             for state in fresh:
                 maintainer.append(state)
+        prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
         changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
         holders_added, holders_removed = maintainer.hash_holder_changes()
         rows.write_back(
@@ -408,14 +411,16 @@ class PruneStore:
             holders_removed,
             current_turn=maintainer.current_turn,
             last_seq=maintainer.last_seq,
-            journal=journal_entry(row.current_turn, changed, keys, holders_removed),
+            journal=journal_entry(row.current_turn, changed, keys, holders_removed, prompt_before),
+            prompt=prompt,
         )
         if writes is not None and self.live_cache.max_bytes:
             seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
             assert row.stamp is not None  # write_back set it
             writes.append((name, row.session_id, before, row.stamp, seqs))
         added, removed = maintainer.delta()
-        return Delta(tuple(added), tuple(removed), len(fresh))
+        events = prompt.events - prompt_before.events if prompt else 0
+        return Delta(tuple(added), tuple(removed), len(fresh), events)
 
     def _check_limits(self, state: MsgState) -> None:
         """Refuse a message larger than the store's limits (set when it is opened)."""
@@ -497,8 +502,9 @@ class PruneStore:
             keys=list(expected.keys.values()),
             holders_added=sorted(expected.hash_holders),
             holders_removed=[],
-            current_turn=expected.result.current_turn,
+            current_turn=expected.current_turn,
             last_seq=stored[-1].seq if stored else 0,
+            prompt=expected.prompt,
         )
 
     def delete_session(self, session: str) -> None:
@@ -551,7 +557,7 @@ class PruneStore:
         apply_undo(driver, sid, undo)
         driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
         driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
-        update_session(driver, row, undo.turn, undo.since - 1)
+        update_session(driver, row, undo.turn, undo.since - 1, undo.prompt)
         kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
         if kept:
             self._append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept])
@@ -707,8 +713,8 @@ class PruneStore:
         """Messages and tokens, total and live, per verdict, of one session or of all."""
         with db.transaction(self.engine, "stats", snapshot=True) as driver:
             if session is None:
-                return queries.stats(driver, None, len(self._names(driver, None)))
-            return queries.stats(driver, self._session(driver, session).session_id, 1)
+                return queries.stats(driver, None, len(self._names(driver, None)), self.policy)
+            return queries.stats(driver, self._session(driver, session).session_id, 1, self.policy)
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state."""

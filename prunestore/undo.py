@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import astuple, dataclass, field
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
+from .prompt import PromptCounters
 from .storage import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
 __all__ = ["journal_entry", "Undo", "last_append_at_or_before", "read_undo", "apply_undo", "CLEAR_JOURNAL"]
@@ -38,12 +39,15 @@ def journal_entry(
     changed: Iterable[MsgState],
     keys: Iterable[KeyState],
     holders_removed: Iterable[tuple[bytes, int]],
+    prompt_before: PromptCounters | None = None,
 ) -> str:
-    """The undo entry of one append: ``[turn before, messages, keys, holders]`` as JSON.
+    """The undo entry of one append: ``[turn before, messages, keys, holders, prompt totals before]`` as JSON.
 
     Messages are ``[seq, base, verdict]``, keys ``[key, definer, support,
-    kept_refs]`` (or ``[key]`` for a key the append created), holders
-    ``[content hash as hex, seq]``.
+    kept_refs, evicted_refs]`` (or ``[key]`` for a key the append created),
+    holders ``[content hash as hex, seq]``, the prompt totals ``[tokens,
+    pending, events]`` (left out when all are 0; entries written before the
+    totals existed have four parts and a key's evicted_refs is then 0).
     """
     messages = []
     for state in changed:
@@ -51,7 +55,10 @@ def journal_entry(
         messages.append([state.seq, *state.original])
     key_rows = [[ks.key, *ks.original] if ks.original is not None else [ks.key] for ks in keys]
     holders = [[content_hash.hex(), seq] for content_hash, seq in holders_removed]
-    return json.dumps([turn_before, messages, key_rows, holders], separators=(",", ":"))
+    entry: list = [turn_before, messages, key_rows, holders]
+    if prompt_before is not None and astuple(prompt_before) != (0, 0, 0):
+        entry.append(list(astuple(prompt_before)))
+    return json.dumps(entry, separators=(",", ":"))
 
 
 @dataclass
@@ -61,8 +68,9 @@ class Undo:
     since: int
     turn: int
     verdicts: dict[int, tuple[str, str]] = field(default_factory=dict)  # seq -> (base, verdict)
-    keys: dict[str, tuple[int | None, int, int] | None] = field(default_factory=dict)  # None: the key was new
+    keys: dict[str, tuple[int | None, int, int, int] | None] = field(default_factory=dict)  # None: the key was new
     holders: list[tuple[bytes, int]] = field(default_factory=list)
+    prompt: PromptCounters | None = None
 
 
 def last_append_at_or_before(driver: Driver, sid: int, seq: int) -> tuple[int, int] | None:
@@ -75,12 +83,16 @@ def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
     """Fold the journal from `since` on into one value per message, key and holder (the oldest wins)."""
     undo = Undo(since, turn)
     for (entry,) in driver.all(_ENTRIES_SINCE, {"sid": sid, "since": since}):
-        _, messages, keys, holders = json.loads(entry)
+        _, messages, keys, holders, *prompt = json.loads(entry)
+        if undo.prompt is None:
+            undo.prompt = PromptCounters(*prompt[0]) if prompt else PromptCounters()
         for seq, base, verdict in messages:
             if seq < since:  # rows from `since` on are deleted anyway
                 undo.verdicts.setdefault(seq, (base, verdict))
         for key, *values in keys:
-            undo.keys.setdefault(key, (values[0], values[1], values[2]) if values else None)
+            undo.keys.setdefault(
+                key, (values[0], values[1], values[2], values[3] if len(values) > 3 else 0) if values else None
+            )
         undo.holders.extend((bytes.fromhex(h), seq) for h, seq in holders if seq < since)
     return undo
 
@@ -91,7 +103,7 @@ def apply_undo(driver: Driver, sid: int, undo: Undo) -> None:
     driver.run_many(UPDATE_VERDICT, verdicts)
     driver.run_many(DELETE_KEY, [{"sid": sid, "key": key} for key, old in undo.keys.items() if old is None])
     kept = [
-        {"sid": sid, "key": key, "definer_seq": old[0], "support": old[1], "kept_refs": old[2]}
+        {"sid": sid, "key": key, "definer_seq": old[0], "support": old[1], "kept_refs": old[2], "evicted_refs": old[3]}
         for key, old in undo.keys.items()
         if old is not None
     ]

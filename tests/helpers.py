@@ -108,6 +108,14 @@ POLICIES = [
     pytest.param(Policy(), id="transitive"),
     pytest.param(Policy(restore="direct"), id="direct"),
     pytest.param(Policy(dedupe_roles={"retrieved_doc", "tool_output"}), id="dedupe-tools"),
+    *(
+        pytest.param(policy, id=name)
+        for name, policy in [
+            ("budget", Policy(budget=12, clear_at_least=4)),
+            ("budget-direct", Policy(restore="direct", budget=9)),
+            ("gathered", Policy(clear_at_least=6, pinned_roles={"system", "user"})),
+        ]
+    ),
 ]
 
 

@@ -131,6 +131,7 @@ def test_append_reads_json_lines_from_stdin(cli):
         "appended": 2,
         "live_added": ["a", "b"],
         "live_removed": [],
+        "events": 0,
     }
     assert "0 messages appended (2 already stored)" in cli("append", "chat", input=lines)  # a retry: a no-op
     assert json.loads(cli("append", "chat", "--json", input=lines))["appended"] == 0
@@ -191,7 +192,7 @@ def test_fork_then_truncate(cli):
     cli("truncate", "support-7", "u2", input="n\n", code=1)
     assert len(json.loads(cli("messages", "support-7", "--json"))) == len(ids)
     delta = json.loads(cli("truncate", "support-7", "u2", "--yes", "--json"))
-    assert set(delta) == {"live_added", "live_removed", "appended"} and delta["live_removed"]
+    assert set(delta) == {"live_added", "live_removed", "appended", "events"} and delta["live_removed"]
     assert [m["id"] for m in json.loads(cli("live", "support-7", "--json"))] == [
         m["id"] for m in json.loads(cli("live", "branch", "--json"))
     ]

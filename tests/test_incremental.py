@@ -88,8 +88,11 @@ def test_one_batch_equals_many_small_appends(open_store, policy, data):
 def stored_rows(store, session: str) -> dict:
     """Every stored row of a session, by table, without the session's key (and without the undo journal)."""
     with store.engine.connect() as conn:
-        sid, turn, last_seq = conn.execute(
-            sa.text("SELECT session_id, current_turn, last_seq FROM prunestore_sessions WHERE name = :n"),
+        sid, *session_row = conn.execute(
+            sa.text(
+                "SELECT session_id, current_turn, last_seq, prompt_tokens, pending_tokens, events "
+                "FROM prunestore_sessions WHERE name = :n"
+            ),
             {"n": session},
         ).one()
         columns = [c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo")]
@@ -98,13 +101,13 @@ def stored_rows(store, session: str) -> dict:
             return [tuple(r) for r in conn.execute(sa.text(sql), {"sid": sid})]
 
         return {
-            "session": (turn, last_seq),
+            "session": tuple(session_row),
             "messages": rows(
                 f"SELECT {', '.join(columns)} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq"
             ),
             # a key row nothing defines or counts means the same as no row; the maintainer may leave one behind
             "keys": rows(
-                "SELECT key, definer_seq, support, kept_refs FROM prunestore_keys WHERE session_id = :sid "
+                "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid "
                 "AND (definer_seq IS NOT NULL OR support <> 0 OR kept_refs <> 0) ORDER BY key"
             ),
             "holders": rows(

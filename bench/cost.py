@@ -1,0 +1,259 @@
+"""What sending the prompt every turn costs when the provider caches prompt prefixes, per strategy.
+
+Each workload (`prunestore.workloads`: the tool agent and the chat) is played
+turn by turn. After each turn every strategy gives the prompt it would send;
+the turn's cost under the price model below is summed over the conversation.
+
+Price model (`prunestore.costs`), per input token: read from the cache 0.1,
+written to the cache 1.25, fresh (no cache at all) 1.0. A turn's cached part
+is the longest common prefix of its prompt with the previous turn's prompt;
+the rest is written to the cache (the prompt is cached up to its end every
+turn). The "no cache" column prices every prompt token at 1.0. A message's tokens are those of its
+OpenAI Chat Completions form (`prunestore.render`, as JSON), counted by the
+store's tokenizer; a prompt is the concatenation of its messages, so two
+prompts share a prefix up to the first message that differs.
+
+Facts: at each turn, every message a user message refers to (``REF:key``:
+the last message defining the key) must be in that turn's prompt, with its
+content, for the fact to be kept.
+
+Strategies:
+* send everything;
+* prunestore, the passes only (``Policy()``: every removal at once);
+* prunestore with a budget and removal events (``Policy(budget=B, clear_at_least=C)``);
+* Anthropic's clear-tool-uses rule, re-implemented: when the input exceeds
+  the trigger (B), every tool result but the last 3 is replaced by a
+  placeholder, provided that clears at least C tokens; the client resends the
+  whole history, so the rule is applied to it afresh every turn;
+* the last messages within B tokens (LangChain ``trim_messages``,
+  strategy="last", include_system=True, start_on="human").
+
+    python bench/cost.py [--turns 200,1000,2000] [--workloads agent,chat]
+        [--budget 32000] [--clear 16000] [--plot cost.png] [--json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass
+from datetime import date
+from pathlib import Path
+
+from prunestore import Message, Policy, PruneStore
+from prunestore.costs import prompt_costs
+from prunestore.formats import render
+from prunestore.model import StoredMessage, effective_defines, effective_refs
+from prunestore.text import count_tokens
+from prunestore.workloads import generate
+
+KEEP_TOOL_RESULTS = 3
+PLACEHOLDER = "[Old tool result content cleared]"
+
+# A prompt: (message id, whether its content was replaced) per message, in order.
+Prompt = list[tuple[str, bool]]
+
+
+@dataclass
+class Row:
+    workload: str
+    turns: int
+    strategy: str
+    cost: float
+    uncached: float
+    peak: int
+    mean: float
+    breaks: int
+    facts: int
+    facts_kept: int
+    seconds: float
+
+    @property
+    def kept_share(self) -> float:
+        return self.facts_kept / self.facts if self.facts else 1.0
+
+
+def rendered_tokens(message: Message) -> int:
+    """Tokens of the message as one Chat Completions message (JSON)."""
+    stored = StoredMessage(**vars(message), seq=1, verdict="kept", tokens=0, base="kept")
+    return sum(count_tokens(json.dumps(m, ensure_ascii=False)) for m in render([stored], "openai").messages)
+
+
+def sent_tokens(content: str) -> int:
+    """The store's tokenizer for these runs: a message's tokens as sent, so its budget is the one billed."""
+    return count_tokens(json.dumps({"role": "user", "content": content}, ensure_ascii=False))
+
+
+def everything(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+    prompt: Prompt = []
+    for batch in turns:
+        prompt = prompt + [(m.id, False) for m in batch]
+        yield prompt
+
+
+def prunestore_with(policy: Policy) -> Callable[..., Iterator[Prompt]]:
+    def strategy(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+        with PruneStore("sqlite://", policy=policy, tokenizer=sent_tokens) as store:
+            for batch in turns:
+                store.append("s", batch)
+                yield [(m.id, False) for m in store.live("s")]
+
+    return strategy
+
+
+def clear_tool_uses(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+    history: list[Message] = []
+    placeholder = rendered_tokens(Message("p", "tool_output", PLACEHOLDER, 0))
+    total = 0
+    for batch in turns:
+        history.extend(batch)
+        total += sum(tokens[m.id] for m in batch)
+        cleared: set[str] = set()
+        if total > budget:
+            results = [m.id for m in history if m.role == "tool_output"][:-KEEP_TOOL_RESULTS]
+            if sum(tokens[i] - placeholder for i in results) >= clear:
+                cleared = set(results)
+        yield [(m.id, m.id in cleared) for m in history]
+
+
+def trim_last(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+    history: list[Message] = []
+    for batch in turns:
+        history.extend(batch)
+        system = [m for m in history if m.role == "system"][:1]
+        room = budget - sum(tokens[m.id] for m in system)
+        window: list[Message] = []
+        for m in reversed(history):
+            if m.role == "system":
+                continue
+            if tokens[m.id] > room:
+                break
+            room -= tokens[m.id]
+            window.append(m)
+        window.reverse()
+        while window and window[0].role != "user":  # start_on="human"
+            window.pop(0)
+        yield [(m.id, False) for m in system + window]
+
+
+def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt], tokens: dict, session) -> Row:
+    """Price the prompts and count the facts each turn's prompt keeps."""
+    placeholder = rendered_tokens(Message("p", "tool_output", PLACEHOLDER, 0))
+    definer: dict[str, str] = {}
+    facts = kept = 0
+    priced: list[list[tuple[tuple[str, bool], int]]] = []
+    started = time.perf_counter()
+    for batch, prompt in zip(session.by_turn(), prompts, strict=True):
+        priced.append([((i, cleared), placeholder if cleared else tokens[i]) for i, cleared in prompt])
+        present = {i for i, cleared in prompt if not cleared}
+        for m in batch:
+            if m.role == "user":
+                needed = {definer[k] for k in effective_refs(m) if k in definer}
+                facts += len(needed)
+                kept += len(needed & present)
+            for key in effective_defines(m):
+                definer[key] = m.id
+    costs = prompt_costs(priced)
+    seconds = time.perf_counter() - started
+    return Row(
+        workload,
+        turns,
+        strategy,
+        costs.cost,
+        costs.uncached,
+        costs.peak,
+        costs.mean,
+        costs.breaks,
+        facts,
+        kept,
+        seconds,
+    )
+
+
+def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list[Row]:
+    strategies: list[tuple[str, Callable[..., Iterator[Prompt]]]] = [
+        ("send everything", everything),
+        ("prunestore, passes only", prunestore_with(Policy())),
+        (
+            f"prunestore, budget {budget}, events >= {clear}",
+            prunestore_with(Policy(budget=budget, clear_at_least=clear)),
+        ),
+        (f"clear tool uses (trigger {budget}, keep {KEEP_TOOL_RESULTS}, >= {clear})", clear_tool_uses),
+        (f"last messages within {budget}", trim_last),
+    ]
+    rows = []
+    for workload, turns in itertools.product(workloads, sizes):
+        session = generate(workload, turns)
+        tokens = {m.id: rendered_tokens(m) for m in session.messages}
+        by_turn = list(session.by_turn())
+        for name, strategy in strategies:
+            prompts = strategy(by_turn, tokens, budget, clear)
+            rows.append(measure(workload, turns, name, prompts, tokens, session))
+            print(f"  {workload} {turns}: {name} done", file=sys.stderr)
+    return rows
+
+
+def table(rows: list[Row]) -> str:
+    head = ["workload", "turns", "strategy", "cost", "vs everything", "no cache", "peak", "mean", "breaks"]
+    head.append("facts kept")
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    base = {(r.workload, r.turns): r.cost for r in rows if r.strategy == "send everything"}
+    for r in rows:
+        lines.append(
+            f"| {r.workload} | {r.turns:,} | {r.strategy} | {r.cost / 1e6:.2f}M | "
+            f"{base[r.workload, r.turns] / r.cost:.2f}x less | {r.uncached / 1e6:.2f}M | {r.peak:,} | {r.mean:,.0f} | "
+            f"{r.breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) |"
+        )
+    return "\n".join(lines)
+
+
+def plot(rows: list[Row], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    workloads = sorted({r.workload for r in rows})
+    fig, axes = plt.subplots(1, len(workloads), figsize=(6 * len(workloads), 4), squeeze=False)
+    for ax, workload in zip(axes[0], workloads, strict=True):
+        for strategy in dict.fromkeys(r.strategy for r in rows):
+            points = [(r.turns, r.cost / 1e6) for r in rows if r.workload == workload and r.strategy == strategy]
+            ax.plot(*zip(*points, strict=True), marker="o", label=strategy)
+        ax.set_title(f"{workload}: input cost with a prompt cache")
+        ax.set_xlabel("turns")
+        ax.set_ylabel("cost (millions of token-prices)")
+        ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", default="200,1000,2000")
+    parser.add_argument("--workloads", default="agent,chat")
+    parser.add_argument("--budget", type=int, default=32000)
+    parser.add_argument("--clear", type=int, default=16000)
+    parser.add_argument("--plot", type=Path)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    rows = run(args.workloads.split(","), [int(t) for t in args.turns.split(",")], args.budget, args.clear)
+    if args.json:
+        print(json.dumps([asdict(r) for r in rows], indent=2))
+    else:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        print(f"`python bench/cost.py {' '.join(sys.argv[1:])}`".replace(" `", "`"))
+        print(f"{date.today()}, commit {commit or 'unknown'}, {platform.machine()}, Python {platform.python_version()}")
+        print()
+        print(table(rows))
+    if args.plot:
+        plot(rows, args.plot)
+
+
+if __name__ == "__main__":
+    main()

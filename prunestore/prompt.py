@@ -1,0 +1,204 @@
+"""What the model is shown when removals wait for events and a budget caps the prompt.
+
+The passes decide what is live; this module keeps the prompt, one append at
+a time, by the rules of docs/semantics.md ("Budget and removal events"):
+
+* a message the passes drop stays in the prompt (``pending``) until an event;
+* a message the passes make live joins at once (a new one at the end, one a
+  new reference needs back in its place), unless the budget evicted it;
+* an evicted message whose key a message in the prompt refers to comes back
+  at once, and so does what it needs;
+* an event happens when the pending tokens reach `clear_at_least` or the
+  prompt is over the budget; it removes every pending message and, over the
+  budget, evicts the oldest evictable messages until the prompt is
+  `clear_at_least` tokens under it.
+
+Counts kept so that no step reads the session: the prompt's tokens and the
+pending tokens (on the session row), and per key the counting referrers the
+budget evicted (``evicted_refs``), so a definer's support *in the prompt* is
+``support - evicted_refs``. Rows are reached through the maintainer's
+identity map and its `Rows`; this module does no I/O itself.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from .model import supports
+
+if TYPE_CHECKING:
+    from .incremental import Maintainer, MsgState
+
+__all__ = ["PromptCounters", "PromptKeeper"]
+
+_PAGE = 64  # stored prompt messages read at a time when looking for the oldest evictable one
+
+
+@dataclass
+class PromptCounters:
+    """A session's prompt totals, as stored on its row: tokens in the prompt, pending tokens, events so far."""
+
+    tokens: int = 0
+    pending: int = 0
+    events: int = 0
+
+
+# What a change is measured against: (in the prompt, live by the passes, counting, evicted).
+_Flags = tuple[bool, bool, bool, bool]
+
+
+class PromptKeeper:
+    """The prompt of one locked session, moved on after each message the maintainer applies."""
+
+    def __init__(self, maintainer: Maintainer, counters: PromptCounters) -> None:
+        self.maintainer = maintainer
+        self.policy = maintainer.policy
+        self.counters = counters
+        self._before: dict[int, tuple[MsgState, _Flags]] = {}
+        self._pending: dict[int, MsgState] = {}  # pending messages changed in this transaction
+        self._shown: dict[int, MsgState] = {}  # live messages in the prompt changed in this transaction
+        self._freed: list[int] = []  # definers that just lost a counting referrer in the prompt
+
+    # -- bookkeeping -------------------------------------------------------
+
+    def _counts(self, state: MsgState) -> bool:
+        """Whether its refs count as support (docs/semantics.md, restoration)."""
+        return supports(state.base, state.restored, self.maintainer.transitive)
+
+    def _flags(self, state: MsgState) -> _Flags:
+        return bool(state.visible), state.live, self._counts(state), state.evicted
+
+    def note(self, state: MsgState) -> None:
+        """Remember how a message stood before this step first changes it."""
+        if state.seq not in self._before:
+            self._before[state.seq] = (state, self._flags(state))
+
+    def _account(self, state: MsgState, before: _Flags) -> None:
+        """Move the totals, the per-key counts and the in-memory sets from `before` to the state as it is now."""
+        shown, live, counts, evicted = self._flags(state)
+        was_shown, was_live, was_counting, was_evicted = before
+        tokens = state.tokens
+        self.counters.tokens += tokens * (shown - was_shown)
+        self.counters.pending += tokens * ((shown and not live) - (was_shown and not was_live))
+        delta = (evicted and counts) - (was_evicted and was_counting)
+        if delta:
+            for ks in self.maintainer.keys(state.refs):
+                ks.evicted_refs += delta
+                ks.dirty = True
+                if delta > 0 and ks.definer is not None and ks.definer != state.seq:
+                    self._freed.append(ks.definer)  # it may be evictable now: `_evict` looks again
+        state.dirty = True
+        for members, member in ((self._pending, shown and not live), (self._shown, shown and live)):
+            if member:
+                members[state.seq] = state
+            else:
+                members.pop(state.seq, None)
+
+    def _set(self, state: MsgState, *, visible: bool, evicted: bool) -> None:
+        before = self._flags(state)
+        state.visible, state.evicted = visible, evicted
+        self._account(state, before)
+
+    # -- one step: after each message ------------------------------------
+
+    def step(self) -> None:
+        """Bring the prompt in line with the passes' new verdicts, then hold an event if one is due."""
+        touched, self._before = sorted(self._before.values(), key=lambda t: t[0].seq), {}
+        newly_counting = []
+        for state, before in touched:
+            if not state.live:
+                state.evicted = False  # dropped by the passes: its verdict says why, not the budget
+            elif not state.visible and not state.evicted:
+                state.visible = True  # new, or needed back: in at once
+            self._account(state, before)
+            if state.visible and self._counts(state) and not (before[0] and before[2]):
+                newly_counting.append(state)
+        self._bring_back(newly_counting)
+
+        policy, counters = self.policy, self.counters
+        over = policy.budget is not None and counters.tokens > policy.budget
+        if over or 0 < counters.pending >= policy.clear_at_least:
+            counters.events += 1
+            for state in self._pending_now():
+                self._set(state, visible=False, evicted=False)
+            if over:
+                assert policy.budget is not None
+                self._evict(policy.budget - policy.clear_at_least)
+
+    def _bring_back(self, stack: list[MsgState]) -> None:
+        """Evicted definers of what now counts in the prompt come back, and what they need, at once."""
+        while stack:
+            state = stack.pop()
+            for definer in self.maintainer.definers(state.refs, exclude=state):
+                if definer.evicted:
+                    self._set(definer, visible=True, evicted=False)
+                    if self._counts(definer):
+                        stack.append(definer)
+
+    def _pending_now(self) -> list[MsgState]:
+        adopt = self.maintainer.adopt
+        found = {s.seq: s for s in map(adopt, self.maintainer.rows.pending())}
+        found.update(self._pending)
+        return [s for s in found.values() if s.visible and not s.live]
+
+    # -- eviction ------------------------------------------------------------
+
+    def _in_prompt_in_order(self) -> Iterator[MsgState]:
+        """Live messages in the prompt, oldest first: the stored ones merged with those changed in memory."""
+        adopt, rows = self.maintainer.adopt, self.maintainer.rows
+
+        def stored() -> Iterator[MsgState]:
+            after = 0
+            while True:
+                page = rows.in_prompt_after(after, _PAGE)
+                yield from map(adopt, page)
+                if len(page) < _PAGE:
+                    return
+                after = page[-1].seq
+
+        changed = sorted(self._shown.values(), key=lambda s: s.seq)
+        last = 0
+        for state in heapq.merge(stored(), changed, key=lambda s: s.seq):
+            if state.seq != last:
+                last = state.seq
+                yield state
+
+    def _needed(self, state: MsgState) -> bool:
+        """Whether a counting message in the prompt (other than itself) refers to a key it is the definer of."""
+        own = self._counts(state) and not state.evicted
+        return any(
+            ks.definer == state.seq and ks.shown_support - (own and ks.key in state.refs) > 0
+            for ks in self.maintainer.keys(state.defines)
+        )
+
+    def _evict(self, target: int) -> None:
+        """Evict the oldest evictable messages until the prompt holds at most `target` tokens.
+
+        Evicting a referrer can free an older definer, which is then looked at
+        again before anything newer (`_freed`).
+        """
+        pinned, turn, messages = self.policy.pinned_roles, self.maintainer.current_turn, self.maintainer.messages
+        self._freed.clear()
+        stream = self._in_prompt_in_order()
+        upcoming = next(stream, None)
+        again: list[int] = []
+        while self.counters.tokens > target:
+            if again and (upcoming is None or again[0] < upcoming.seq):
+                (state,) = messages([heapq.heappop(again)])
+            elif upcoming is not None:
+                state, upcoming = upcoming, next(stream, None)
+            else:
+                return
+            if not (state.visible and state.live):
+                continue
+            if state.turn >= turn:
+                return  # this and everything after it belong to the current turn
+            if state.role in pinned or self._needed(state):
+                continue
+            self._set(state, visible=False, evicted=True)
+            for seq in self._freed:
+                heapq.heappush(again, seq)
+            self._freed.clear()

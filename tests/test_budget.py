@@ -1,0 +1,113 @@
+"""The budget and removal events: what the prompt may do between two appends.
+
+Sessions come from `helpers.sessions`, appended one message at a time (each
+append is one step of the fold), on both backends, in both restore modes.
+After every append: the stored verdicts equal `prune`; the prompt is within
+the budget unless the session is reported over it; without an event the
+previous prompt is a prefix of the new one (unless a dependency came back);
+an event removes at least `clear_at_least` tokens or leaves nothing it could
+still remove; every message in the prompt has the definers it needs in it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers import sessions
+from prunestore import Message, Policy, prune
+from prunestore.model import effective_defines, effective_refs
+
+BOTH_APIS = True
+
+_names = itertools.count()
+
+BUDGETED = [
+    pytest.param(Policy(budget=10), id="budget"),
+    pytest.param(Policy(budget=14, clear_at_least=5), id="budget-gathered"),
+    pytest.param(Policy(budget=9, clear_at_least=3, restore="direct"), id="budget-direct"),
+    pytest.param(Policy(clear_at_least=6), id="gathered"),
+    pytest.param(Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"}), id="pinned-users"),
+]
+
+
+def _needed(prompt: list, policy: Policy) -> set[str]:
+    """Ids of the definers that a counting message in the prompt refers to (other than itself)."""
+    definer = {key: m.id for m in prompt for key in effective_defines(m)}
+    out = set()
+    for m in prompt:
+        if m.verdict == "kept" or (policy.transitive and m.verdict == "restored"):
+            out |= {definer[k] for k in effective_refs(m) if k in definer and definer[k] != m.id}
+    return out
+
+
+@pytest.mark.parametrize("policy", BUDGETED)
+@settings(max_examples=40)
+@given(data=st.data())
+def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, data):
+    store = open_store(policy)
+    ms = data.draw(sessions(min_size=1, max_size=24))
+    session = f"b{next(_names)}"
+    appended: list[Message] = []
+    before: list = []
+    events = 0
+    for message in ms:
+        delta = store.append(session, message)
+        appended.append(message)
+        expected = prune(appended, policy=policy)
+        stored = store.messages(session)
+        assert {m.id: m.verdict for m in stored} == expected.verdicts
+        prompt = store.live(session)
+        assert [m.id for m in prompt] == [m.id for m in expected.live]
+        stats = store.stats(session)
+        assert stats.live_tokens == sum(m.tokens for m in prompt)
+        assert stats.events == expected.events == events + delta.events
+        assert stats.pending_tokens == expected.pending_tokens
+        assert bool(stats.over_budget) == expected.over_budget
+        if policy.budget is not None and not stats.over_budget:
+            assert stats.live_tokens <= policy.budget
+
+        ids = [m.id for m in prompt]
+        came_back = set(delta.live_added) - {message.id}
+        if not delta.events and not came_back:
+            assert ids[: len(before)] == [m.id for m in before], "between events the prompt only grows at its end"
+            assert not delta.live_removed
+        if delta.events:
+            removed = sum(m.tokens for m in before if m.id in set(delta.live_removed))
+            assert stats.pending_tokens == 0
+            if removed < policy.clear_at_least:
+                # The budget forced it and nothing more could go: pinned, current turn, or needed.
+                needed = _needed(prompt, policy)
+                turn = appended[-1].turn
+                assert all(m.role in policy.pinned_roles or m.turn == turn or m.id in needed for m in prompt)
+        events += delta.events
+
+        shown = {m.id for m in prompt}
+        definer = {key: m.id for m in stored for key in effective_defines(m)}
+        for m in prompt:
+            if m.verdict == "kept" or (policy.transitive and m.verdict == "restored"):
+                assert {definer[k] for k in effective_refs(m) if k in definer} <= shown
+        before = prompt
+    assert store.verify(session).ok
+
+
+@pytest.mark.parametrize("policy", BUDGETED)
+@settings(max_examples=15)
+@given(data=st.data())
+def test_explain_and_stats_speak_of_the_budget(open_store, policy, data):
+    store = open_store(policy)
+    ms = data.draw(sessions(min_size=1, max_size=20))
+    session = f"e{next(_names)}"
+    store.append(session, ms)
+    for m in store.messages(session):
+        why = store.explain(session, m.id)
+        assert why.verdict == m.verdict
+        assert why.live == (m.verdict in ("kept", "restored", "pending"))
+        if m.verdict == "evicted":
+            assert f"evicted to stay under the budget of {policy.budget} tokens" in why.reason
+        if m.verdict == "pending":
+            assert "until the next removal event" in why.reason
+            assert why.base in ("superseded", "expired", "duplicate")
