@@ -5,12 +5,13 @@ with batched appends of 1,000 messages a transaction), then times
 single-message appends, each in its own transaction, taking the sessions in
 turn, one append each, so that the machine's noise falls on every size alike.
 Prints p50 and p99 per size and the ratio of the largest size's p50 to the
-smallest's.
+smallest's. With --budget, a second SQLite store with
+``Policy(budget=..., clear_at_least=...)`` runs beside the default one, its
+appends interleaved with the other's, so the two compare in one run.
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
-
-Targets (issue 2): SQLite p50 <= 0.25 ms, PostgreSQL p50 <= 2 ms, ratio <= 1.2.
+        [--budget 2000 --clear 500]
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import time
 import uuid
 from pathlib import Path
 
-from prunestore import Message, PruneStore, db
+from prunestore import Message, Policy, PruneStore, db
 
 
 class AgentTraffic:
@@ -80,27 +81,32 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def measure(url: str, sizes: list[int], samples: int) -> list[tuple[int, float, float]]:
-    store = PruneStore(url)
+def measure(stores: dict[str, PruneStore], sizes: list[int], samples: int) -> dict[str, list[tuple[int, float, float]]]:
+    """Build one session per size in each store, then time single appends, interleaved across stores and sizes."""
     run = uuid.uuid4().hex[:8]
-    sessions = {size: (f"bench-{run}-{size}", AgentTraffic(seed=size)) for size in sizes}
-    for size, (session, traffic) in sessions.items():
+    sessions = {(label, size): (f"bench-{run}-{size}", AgentTraffic(seed=size)) for label in stores for size in sizes}
+    for (label, size), (session, traffic) in sessions.items():
         for start in range(0, size, 1000):
-            store.append(session, traffic.batch(min(1000, size - start)))
-        print(f"  built {size:,} messages", flush=True)
-    db.analyze(store.engine)  # PostgreSQL plans from statistics: as a maintained database has them
-    timings: dict[int, list[float]] = {size: [] for size in sizes}
+            stores[label].append(session, traffic.batch(min(1000, size - start)))
+        print(f"  {label}: built {size:,} messages", flush=True)
+    for store in stores.values():
+        db.analyze(store.engine)  # PostgreSQL plans from statistics: as a maintained database has them
+    timings: dict[tuple[str, int], list[float]] = {key: [] for key in sessions}
     for _ in range(samples):
-        for size, (session, traffic) in sessions.items():  # interleaved: one append per size in turn
+        for key, (session, traffic) in sessions.items():  # interleaved: one append per store and size in turn
             message = traffic.next()
             start = time.perf_counter()
-            store.append(session, message)
-            timings[size].append((time.perf_counter() - start) * 1000)
-    rows = [(size, statistics.median(timings[size]), percentile(timings[size], 0.99)) for size in sizes]
-    for session, _ in sessions.values():
-        assert store.verify(session).ok
-        store.delete_session(session)
-    store.close()
+            stores[key[0]].append(session, message)
+            timings[key].append((time.perf_counter() - start) * 1000)
+    rows = {
+        label: [
+            (size, statistics.median(timings[label, size]), percentile(timings[label, size], 0.99)) for size in sizes
+        ]
+        for label in stores
+    }
+    for (label, _), (session, _) in sessions.items():
+        assert stores[label].verify(session).ok
+        stores[label].delete_session(session)
     return rows
 
 
@@ -109,22 +115,33 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--postgres", default=os.environ.get("PRUNESTORE_TEST_POSTGRES_URL", ""))
+    parser.add_argument("--budget", type=int, help="Also run a store with this budget, side by side.")
+    parser.add_argument("--clear", type=int, default=0, help="Its clear_at_least.")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
+    policies = {"default": Policy()}
+    if args.budget:
+        policies[f"budget {args.budget}/{args.clear}"] = Policy(budget=args.budget, clear_at_least=args.clear)
+    results: dict[str, list[tuple[int, float, float]]] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        backends = [("SQLite (file, WAL)", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        backends = [("SQLite (file, WAL)", lambda label: f"sqlite:///{Path(tmp) / label.replace('/', '-')}.db")]
         if args.postgres:
-            backends.append(("PostgreSQL", args.postgres))
-        results = {}
+            backends.append(("PostgreSQL", lambda label: args.postgres))
         for name, url in backends:
             print(f"{name}:", flush=True)
-            results[name] = measure(url, sizes, args.samples)
+            # A database records one policy: on PostgreSQL (one database given) only the default runs.
+            chosen = policies if name.startswith("SQLite") else {"default": Policy()}
+            stores = {label: PruneStore(url(label), policy=policy) for label, policy in chosen.items()}
+            for label, rows in measure(stores, sizes, args.samples).items():
+                results[f"{name}, {label}"] = rows
+            for store in stores.values():
+                store.close()
     print()
-    print(f"{'backend':<20} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'backend, policy':<34} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8}")
     for name, rows in results.items():
         for size, p50, p99 in rows:
-            print(f"{name:<20} {size:>9,} {p50:>8.3f} {p99:>8.3f}")
-        print(f"{name:<20} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
+            print(f"{name:<34} {size:>9,} {p50:>8.3f} {p99:>8.3f}")
+        print(f"{name:<34} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
     return 0
 
 

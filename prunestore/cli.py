@@ -13,7 +13,7 @@ import sys
 import time
 import zlib
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +25,7 @@ from .formats import from_anthropic, from_openai
 from .importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from .jsonl import read_lines, to_json
 from .model import StoredMessage
-from .results import Delta
+from .results import Delta, Stats
 from .store import PruneStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
@@ -357,6 +357,7 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
     """
     with _open(ctx) as store:
         rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
+        budget = _budget(store, session)
     r = rendered.report
     if as_json:
         prompt: dict[str, Any] = {"text": rendered.text} if format_ == "text" else {"messages": rendered.messages}
@@ -375,6 +376,30 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
         f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
         err=True,
     )
+    _echo_budget(budget)
+
+
+def _budget(store: PruneStore, session: str) -> Stats | None:
+    """The session's stats when the store's policy has a budget or gathers removals, for `_echo_budget`."""
+    return store.stats(session) if store.policy.gathers else None
+
+
+def _echo_budget(stats: Stats | None) -> None:
+    """One line on standard error: the prompt against the budget, what waits for the next event, events so far."""
+    if stats is None:
+        return
+    budget = f" of a budget of {stats.budget:,}" if stats.budget is not None else ""
+    click.echo(
+        f"prompt: {stats.live_tokens:,} tokens{budget}, {stats.pending_tokens:,} pending removal, "
+        f"{stats.events:,} removal events so far",
+        err=True,
+    )
+    if stats.over_budget:
+        click.echo(
+            "warning: over budget: what may not be evicted (pinned roles, the current turn, "
+            "messages the prompt refers to) exceeds the budget",
+            err=True,
+        )
 
 
 def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
@@ -387,9 +412,11 @@ def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
 @_command(main)
 @click.argument("session")
 def live(ctx: click.Context, session: str, as_json: bool) -> None:
-    """The live messages of SESSION: what goes into the next prompt."""
+    """The live messages of SESSION: what goes into the next prompt (with a budget, a line on it to stderr)."""
     with _open(ctx) as store:
         _print_messages(store.live(session), as_json)
+        if not as_json:
+            _echo_budget(_budget(store, session))
 
 
 @_command(main)
@@ -457,6 +484,67 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     rows += [("live", result.live_messages, result.live_tokens), ("total", result.messages, result.tokens)]
     _table(["verdict", "messages", "tokens"], rows)
     click.echo(f"\n{result.sessions} session(s); tokens pruned: {result.reduction:.1%}")
+    if store.policy.gathers:
+        budget = f"{result.budget:,} tokens" if result.budget is not None else "none"
+        click.echo(
+            f"budget: {budget}; pending removal: {result.pending_tokens:,} tokens; "
+            f"removal events: {result.events:,}; sessions over budget: {result.over_budget}"
+        )
+        if result.over_budget:
+            click.echo("warning: over budget: what may not be evicted exceeds the budget", err=True)
+
+
+def _roles(text: str | None) -> frozenset[str] | None:
+    return None if text is None else frozenset(r.strip() for r in text.split(",") if r.strip())
+
+
+@_command(main)
+@click.option("--budget", help="Tokens the prompt may hold ('none': no budget).")
+@click.option("--clear-at-least", type=int, help="Tokens of removals gathered before an event.")
+@click.option("--pinned-roles", help="Comma-separated roles the budget never evicts.")
+@click.option("--restore", type=click.Choice(["transitive", "direct"]), help="How restoration follows references.")
+@click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
+@click.option("--yes", is_flag=True, help="Change the policy without asking.")
+def policy(
+    ctx: click.Context,
+    budget: str | None,
+    clear_at_least: int | None,
+    pinned_roles: str | None,
+    restore: str | None,
+    dedupe_roles: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Show the store's policy; with options, change it and rebuild every session under the new one."""
+    changes: dict[str, Any] = {}
+    if budget is not None:
+        changes["budget"] = None if budget.lower() == "none" else _int_option("--budget", budget)
+    if clear_at_least is not None:
+        changes["clear_at_least"] = clear_at_least
+    for name, value in (("pinned_roles", _roles(pinned_roles)), ("dedupe_roles", _roles(dedupe_roles))):
+        if value is not None:
+            changes[name] = value
+    if restore is not None:
+        changes["restore"] = restore
+    with _open(ctx) as store:
+        chosen = store.policy
+        if changes:
+            chosen = replace(store.policy, **changes)
+            if chosen != store.policy:
+                _confirm(f"Rebuild all {len(store.sessions())} sessions under the new policy?", yes)
+                store.rebuild(policy=chosen)
+    if as_json:
+        _echo_json(json.loads(chosen.to_json()))
+        return
+    for name, value in json.loads(chosen.to_json()).items():
+        click.echo(f"{name}: {value if value is not None else 'none'}")
+
+
+def _int_option(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a whole number of tokens (or 'none')", param_hint=name) from None
 
 
 @_command(main)
@@ -542,6 +630,21 @@ def db_current(ctx: click.Context, as_json: bool) -> None:
 # -- the demo and the benchmark -----------------------------------------------
 
 
+def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
+    from .demo import budget_run
+
+    click.echo(f"\nagent-{turns} again, under Policy(budget={budget}, clear_at_least={clear_at_least}):", err=True)
+    r = budget_run(turns, budget, clear_at_least)
+    click.echo(
+        f"  prompt at most {r.peak:,} tokens (mean {r.mean:,.0f}), {r.events} removal events; "
+        f"facts in every turn's prompt: {r.facts_kept}/{r.facts}"
+    )
+    click.echo(
+        f"  input cost with a prompt cache (read 0.1, write 1.25 a token): {r.cost / 1e6:.2f}M, "
+        f"against {r.cost_everything / 1e6:.2f}M sending everything ({r.cost_everything / r.cost:.1f}x less)"
+    )
+
+
 def _sizes(text: str) -> tuple[int, ...]:
     try:
         sizes = tuple(int(part) for part in text.split(","))
@@ -556,11 +659,18 @@ def _sizes(text: str) -> tuple[int, ...]:
 @click.option("--sizes", default="50,200,500,1000,2000", show_default=True, help="Conversation lengths in turns.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the workload generator.")
 @click.option("--replace", is_flag=True, help="Overwrite the demo's sessions (chat-N, rag-N, agent-N) if they exist.")
-def demo(ctx: click.Context, sizes: str, seed: int, replace: bool, as_json: bool) -> None:
+@click.option("--budget", default=32000, show_default=True, help="Budget of the run in memory (0: skip it).")
+@click.option("--clear-at-least", default=16000, show_default=True, help="Its clear_at_least.")
+def demo(
+    ctx: click.Context, sizes: str, seed: int, replace: bool, budget: int, clear_at_least: int, as_json: bool
+) -> None:
     """Fill the store with the chat, RAG and tool-agent workloads, turn by turn, and show what pruning did.
 
     The sessions are named chat-N, rag-N and agent-N (N the number of turns);
     where the store already holds one, the demo stops unless --replace is given.
+    Then the largest agent session is played again on a store in memory with
+    a token budget, and its prompts are priced with a prompt cache beside
+    sending everything (not with --json).
     """
     from .demo import run_demo
 
@@ -624,6 +734,8 @@ def demo(ctx: click.Context, sizes: str, seed: int, replace: bool, as_json: bool
         )
     ok = all(r.incremental_equals_batch and r.idempotent and r.required_kept == r.required for r in rows)
     click.echo(f"incremental state equals batch pruning, idempotent, no required fact lost: {'yes' if ok else 'NO'}")
+    if budget:
+        _demo_budget(max(r.turns for r in rows), budget, clear_at_least)
     click.echo(
         f"\nThe store is {url}. Explore it:\n  prunestore sessions\n  prunestore stats {last}\n"
         f"  prunestore live {last}\n  prunestore explain {last} {example}"

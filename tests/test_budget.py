@@ -14,10 +14,10 @@ from __future__ import annotations
 import itertools
 
 import pytest
+from helpers import sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import sessions
 from prunestore import Message, Policy, prune
 from prunestore.model import effective_defines, effective_refs
 

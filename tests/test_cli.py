@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -15,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from prunestore import Message, PruneStore, db
+from prunestore import Message, Policy, PruneStore, db
 from prunestore.cli import main
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "session.jsonl"
@@ -354,9 +355,12 @@ def test_demo_on_small_sizes(cli):
     assert all(r["required_kept"] == r["required"] for r in rows)
     refused = cli("demo", "--sizes", "5", code=2)  # the store holds the demo's sessions: they are not replaced silently
     assert "session='agent-5'" in refused and "--replace" in refused and len(refused.strip().splitlines()) == 1
-    table = cli("demo", "--sizes", "5", "--replace")
+    table = cli("demo", "--sizes", "5", "--replace", "--budget", "600", "--clear-at-least", "200")
     assert "reduction" in table and "incremental state equals batch pruning" in table
     assert "prunestore explain" in table
+    peak = re.search(r"prompt at most ([\d,]+) tokens", table)
+    assert peak and int(peak[1].replace(",", "")) <= 600
+    assert re.search(r"facts in every turn's prompt: (\d+)/\1\b", table)
 
 
 @pytest.mark.sqlite
@@ -389,3 +393,30 @@ def test_import_stops_at_a_bad_line_naming_it(cli, tmp_path):
     output = cli("import", "--batch-size", "2", str(source), code=2)
     assert "line 3: missing field 'content'" in output
     assert [m["id"] for m in json.loads(cli("messages", "s", "--json"))] == ["m0", "m1"]  # the batch before it
+
+
+def test_policy_shows_and_changes_the_budget(cli, store_url):
+    cli("import", str(EXAMPLE))
+    shown = json.loads(cli("policy", "--json"))
+    assert shown["budget"] is None and shown["clear_at_least"] == 0 and shown["pinned_roles"] == ["system"]
+    assert "budget" not in cli("stats")  # no budget, no budget line
+    cli("policy", "--budget", "60", "--clear-at-least", "20", input="n\n", code=1)  # asks first
+    assert json.loads(cli("policy", "--json"))["budget"] is None
+    changed = json.loads(cli("policy", "--budget", "60", "--clear-at-least", "20", "--yes", "--json"))
+    assert (changed["budget"], changed["clear_at_least"]) == (60, 20)
+    with PruneStore(store_url) as store:
+        assert store.policy == Policy(budget=60, clear_at_least=20)
+        assert store.verify().ok
+        session = "support-7"
+        tokens = sum(m.tokens for m in store.live(session))
+        evicted = [m.id for m in store.messages(session) if m.verdict == "evicted"]
+    assert evicted  # the example holds more than 60 tokens
+    assert "budget: 60 tokens" in cli("stats", session)
+    assert f"prompt: {tokens:,} tokens of a budget of 60" in cli("live", session)
+    assert "evicted to stay under the budget of 60 tokens" in cli("explain", session, evicted[0])
+    assert "prompt:" in cli("render", session)
+    assert "'none'" in cli("policy", "--budget", "lots", code=2)
+    assert "clear_at_least=-1" in cli("policy", "--clear-at-least", "-1", "--yes", code=2)
+    assert json.loads(cli("policy", "--budget", "none", "--clear-at-least", "0", "--yes", "--json"))["budget"] is None
+    with PruneStore(store_url) as store:
+        assert not [m for m in store.messages(session) if m.verdict in ("evicted", "pending")]

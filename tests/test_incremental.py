@@ -107,8 +107,8 @@ def stored_rows(store, session: str) -> dict:
             ),
             # a key row nothing defines or counts means the same as no row; the maintainer may leave one behind
             "keys": rows(
-                "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid "
-                "AND (definer_seq IS NOT NULL OR support <> 0 OR kept_refs <> 0) ORDER BY key"
+                "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys "
+                "WHERE session_id = :sid AND (definer_seq IS NOT NULL OR support <> 0 OR kept_refs <> 0) ORDER BY key"
             ),
             "holders": rows(
                 "SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid ORDER BY 1, 2"
