@@ -200,14 +200,14 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
 
 
 def table(rows: list[Row]) -> str:
-    head = ["workload", "turns", "strategy", "cost", "vs everything", "no cache", "peak", "mean", "breaks"]
+    head = ["workload", "turns", "strategy", "cost", "everything / this", "no cache", "peak", "mean", "breaks"]
     head.append("facts kept")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = {(r.workload, r.turns): r.cost for r in rows if r.strategy == "send everything"}
     for r in rows:
         lines.append(
             f"| {r.workload} | {r.turns:,} | {r.strategy} | {r.cost / 1e6:.2f}M | "
-            f"{base[r.workload, r.turns] / r.cost:.2f}x less | {r.uncached / 1e6:.2f}M | {r.peak:,} | {r.mean:,.0f} | "
+            f"{base[r.workload, r.turns] / r.cost:.2f} | {r.uncached / 1e6:.2f}M | {r.peak:,} | {r.mean:,.0f} | "
             f"{r.breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) |"
         )
     return "\n".join(lines)
@@ -247,8 +247,9 @@ def main() -> None:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-        print(f"`python bench/cost.py {' '.join(sys.argv[1:])}`".replace(" `", "`"))
+        print(f"`{' '.join(['python', 'bench/cost.py', *sys.argv[1:]])}`")
         print(f"{date.today()}, commit {commit or 'unknown'}, {platform.machine()}, Python {platform.python_version()}")
+        print("cost: millions of token-prices; breaks: turns whose prompt does not begin with the previous one")
         print()
         print(table(rows))
     if args.plot:

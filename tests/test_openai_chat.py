@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from providers import validate_openai
 
-from prunestore import AsyncPruneStore, InvalidMessageError
+from prunestore import AsyncPruneStore, InvalidMessageError, Policy
 from prunestore.integrations.openai_chat import OpenAIChatHistory
 
 
@@ -97,3 +97,27 @@ def batches(draw):
 @given(script=batches())
 def test_the_cached_prompt_equals_a_cold_read(store_url, script):
     cached_prompt_equals_cold(store_url, OpenAIChatHistory, OpenAIChatHistory.add, OpenAIChatHistory.messages, script)
+
+
+def test_under_a_budget_the_prompt_stays_valid_and_within_it(open_store):
+    store = open_store(Policy(budget=150, clear_at_least=50))
+    history = OpenAIChatHistory("s", store)
+    events = 0
+    for turn in range(30):
+        history.add(
+            [
+                {"role": "user", "content": f"question {turn} " * 3},
+                call(f"c{turn}", f"/d{turn % 4}"),  # the same listing again every fourth turn: superseded
+                result(f"c{turn}", "x.csv " * 10),
+                {"role": "assistant", "content": f"answer {turn}"},
+            ]
+        )
+        sent = history.messages()
+        validate_openai(sent)  # every result with its call, every call answered
+        stats = store.stats("s")
+        assert stats.live_tokens <= 150 and not stats.over_budget
+        assert [m["content"] for m in sent if m["role"] == "user"][-1] == f"question {turn} " * 3
+        assert OpenAIChatHistory("s", store).messages() == sent  # a new object, read cold, agrees
+        events = stats.events
+    assert events > 1
+    assert any(m.verdict == "evicted" for m in store.messages("s"))
