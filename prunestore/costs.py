@@ -11,7 +11,7 @@ does (a cleared tool result, say).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 
 __all__ = ["READ", "WRITE", "FRESH", "PromptCosts", "prompt_costs"]
@@ -45,7 +45,7 @@ def _common_prefix(a: list, b: list) -> int:
     return lo
 
 
-def prompt_costs(prompts: Iterable[list[tuple[Hashable, int]]]) -> PromptCosts:
+def prompt_costs(prompts: Iterable[Sequence[tuple[Hashable, int]]]) -> PromptCosts:
     """The costs of sending each prompt in turn."""
     turns = breaks = peak = 0
     cost = uncached = total = 0.0

@@ -17,7 +17,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..aio import AsyncPruneStore
-from ..formats import _Importer
+from ..formats.transcripts import Importer
 from ..model import Message
 from ..storage import SessionState
 from ..store import PruneStore
@@ -40,13 +40,13 @@ def importer_after(
     answered: Iterable[str],
     calls_of: Any,
     options: dict[str, Any],
-) -> _Importer:
+) -> Importer:
     """An importer at the session's turn that knows the stored calls these results answer.
 
     `calls_of(stored)` gives ``(call id, tool name, arguments)`` for each call
     a stored message made.
     """
-    importer = _Importer(
+    importer = Importer(
         options.get("document_tools", ()),
         options.get("keep_tools", ()),
         options.get("ttl") or {},

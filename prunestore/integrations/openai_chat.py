@@ -17,7 +17,8 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
-from ..formats import _OPENAI_ROLES, _openai_text, openai_calls
+from ..formats import openai_calls
+from ..formats.text import OPENAI_ROLES, openai_text
 from ..frozen import freeze
 from ..model import Message, StoredMessage
 from ..storage import SessionState
@@ -70,7 +71,7 @@ class OpenAIChatHistory:
 def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
     for index, message in enumerate(messages):
         role = message.get("role") if isinstance(message, Mapping) else None
-        if role not in _OPENAI_ROLES and role != "tool":
+        if role not in OPENAI_ROLES and role != "tool":
             raise InvalidMessageError(f"messages[{index}]={shorten(message)}: not a Chat Completions message")
         if role == "tool" and not isinstance(message.get("tool_call_id"), str):
             raise InvalidMessageError(f"messages[{index}].tool_call_id={shorten(message.get('tool_call_id'))}: needed")
@@ -82,7 +83,7 @@ def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Call
         out = []
         for seq, original in enumerate(messages, state.last_seq + 1):
             message_id, metadata = f"oai-{seq}", {"openai": dict(original)}
-            text = _openai_text(original.get("content"))
+            text = openai_text(original.get("content"))
             if original["role"] == "tool":
                 call_id: str = original["tool_call_id"]
                 out.append(with_call_keys(importer.result(message_id, call_id, text, metadata), answers=call_id))
@@ -92,7 +93,7 @@ def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Call
                 importer.calls[call_id] = (name, arguments)
             lines = [text] * bool(text) + [f"{name}({arguments})" for _, name, arguments in calls]
             turn = importer.advance(0, original["role"] == "user" and bool(text.strip()))
-            stored = Message(message_id, _OPENAI_ROLES[original["role"]], "\n".join(lines), turn, metadata=metadata)
+            stored = Message(message_id, OPENAI_ROLES[original["role"]], "\n".join(lines), turn, metadata=metadata)
             out.append(with_call_keys(stored, makes=[call_id for call_id, _, _ in calls]))
         return out
 
@@ -119,7 +120,7 @@ class _OpenAIChat:
 
     def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
         calls = [c for c in item.get("tool_calls") or [] if c.get("id") not in dropped]
-        if not calls and not _openai_text(item.get("content")).strip():
+        if not calls and not openai_text(item.get("content")).strip():
             return None
         trimmed = {k: v for k, v in item.items() if k != "tool_calls"}
         return freeze({**trimmed, "tool_calls": calls} if calls else trimmed)

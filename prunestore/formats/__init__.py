@@ -1,0 +1,73 @@
+"""Provider transcripts in, provider-valid prompts out.
+
+A provider-neutral plan (`plan`, and `transcripts` for imports), then one
+module per provider (`openai`, `anthropic`).
+
+`from_openai` and `from_anthropic` turn a Chat Completions or Messages
+transcript into `Message`s: each tool result its own message, keyed by its
+call (tool name plus canonical arguments) so a later identical call
+supersedes it. The provider's original message, or the part of it a message
+holds, goes into ``metadata`` under ``"openai"`` or ``"anthropic"``, so
+nothing is lost and rendering can give it back exactly.
+
+`render` turns stored messages back into a prompt a provider accepts: every
+kept call has its result right after it, a call whose result is gone is
+removed (or, with ``dropped="placeholder"``, its result says why it is
+gone), an assistant message left empty is dropped, and Anthropic's
+user/assistant alternation holds.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..errors import InvalidMessageError, shorten
+from ..model import StoredMessage
+from ..text import count_tokens
+from .anthropic import from_anthropic, to_anthropic
+from .openai import from_openai, to_openai
+from .plan import DROPPED_MODES, Rendered, RenderReport, plan_prompt, to_text
+from .transcripts import Continuation, ToolResult, openai_calls, tool_key
+
+__all__ = [
+    "ToolResult",
+    "Continuation",
+    "from_openai",
+    "from_anthropic",
+    "openai_calls",
+    "tool_key",
+    "render",
+    "Rendered",
+    "RenderReport",
+    "FORMATS",
+]
+
+FORMATS = ("openai", "anthropic", "text")
+
+
+def render(stored: Sequence[StoredMessage], format: str = "openai", dropped: str = "omit") -> Rendered:
+    """The live messages of a session as a prompt `format` accepts (see the module docstring)."""
+    if format not in FORMATS:
+        raise InvalidMessageError(f"format={shorten(format)}: must be one of {', '.join(FORMATS)}")
+    if dropped not in DROPPED_MODES:
+        raise InvalidMessageError(f"dropped={shorten(dropped)}: must be 'omit' or 'placeholder'")
+    plan, removed, placeholders = plan_prompt(stored, dropped)
+    sent = [item for item, answered in plan for item in [item, *answered]]
+    tokens_out = sum(count_tokens(item.content) if item.content is not None else item.message.tokens for item in sent)
+    system: str | list | None = None
+    text = ""
+    if format == "openai":
+        messages = to_openai(plan)
+    elif format == "anthropic":
+        system, messages = to_anthropic(plan)
+    else:
+        messages, text = [], to_text(plan)
+    report = RenderReport(
+        messages_in=len(stored),
+        messages_out=len(messages) if format != "text" else len(sent),
+        tokens_in=sum(m.tokens for m in stored),
+        tokens_out=tokens_out,
+        calls_removed=removed,
+        placeholders=placeholders,
+    )
+    return Rendered(format, messages, system, text, report)
