@@ -1,0 +1,5 @@
+"""``python -m prunestore.cli``."""
+
+from . import main
+
+main()

@@ -1,0 +1,129 @@
+"""What every command shares: the main group, --db and --json, one-line errors, tables and JSON."""
+
+from __future__ import annotations
+
+import functools
+import json
+import sys
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+import click
+
+from .. import __version__, db
+from ..errors import PruneStoreError
+from ..model import StoredMessage
+from ..store import PruneStore
+
+CONTEXT = {"help_option_names": ["-h", "--help"]}
+
+
+def fail_cleanly(command: Callable) -> Callable:
+    """Turn `PruneStoreError` into a one-line message and exit status 2."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except PruneStoreError as exc:
+            click.echo(f"Error: {printable(str(exc))}", err=True)
+            sys.exit(2)
+
+    return wrapper
+
+
+def use_url(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    if value is not None:  # given after the command: it wins over the group's --db and PRUNESTORE_URL
+        ctx.find_root().obj = db.resolve_url(value)
+
+
+def command(group: click.Group, name: str | None = None, *, as_json: bool = True) -> Callable[[Callable], Callable]:
+    """A command of `group` that takes ``--db`` after its name too, prints JSON with ``--json``, and fails cleanly."""
+
+    def decorate(function: Callable) -> click.Command:
+        function = click.pass_context(fail_cleanly(function))
+        if as_json:
+            function = click.option("--json", "as_json", is_flag=True, help="Print JSON instead of text.")(function)
+        function = click.option(
+            "--db", metavar="URL", expose_value=False, callback=use_url, help="Database URL (as before the command)."
+        )(function)
+        return group.command(name)(function)
+
+    return decorate
+
+
+def confirm(question: str, yes: bool) -> None:
+    """Ask on standard error (standard output may be JSON for a program); Ctrl-C or "no" aborts with status 1."""
+    if not yes:
+        click.confirm(question, abort=True, err=True)
+
+
+def open_store(ctx: click.Context) -> PruneStore:
+    return PruneStore(ctx.find_root().obj)
+
+
+def echo_json(value: Any) -> None:
+    click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+# Control characters (NUL, ESC, ...) and the bidirectional overrides that could
+# reorder what a terminal shows are printed as escapes.
+UNPRINTABLE = {
+    code: f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    for code in [*range(0x20), *range(0x7F, 0xA0), 0x200E, 0x200F, *range(0x202A, 0x202F), *range(0x2066, 0x206A)]
+}
+
+
+def printable(text: str) -> str:
+    return text.translate(UNPRINTABLE)
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """Columns aligned to their widest cell; numbers to the right."""
+    rows = [[("" if c is None else printable(str(c))) for c in row] for row in rows]
+    widths = [max([len(h)] + [len(r[i]) for r in rows]) for i, h in enumerate(headers)]
+    numeric = [bool(rows) and all(is_number(r[i]) for r in rows) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "  ".join(c.rjust(w) if n else c.ljust(w) for c, w, n in zip(cells, widths, numeric, strict=True))
+
+    click.echo(line(headers).rstrip())
+    click.echo("  ".join("-" * w for w in widths))
+    for row in rows:
+        click.echo(line(row).rstrip())
+
+
+def is_number(cell: str) -> bool:
+    try:
+        float(cell.rstrip("%x"))
+    except ValueError:
+        return False
+    return True
+
+
+def preview(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def message_rows(messages: list[StoredMessage]) -> None:
+    table(
+        ["seq", "id", "role", "turn", "tokens", "verdict", "content"],
+        [(m.seq, m.id, m.role, m.turn, m.tokens, m.verdict, preview(m.content)) for m in messages],
+    )
+
+
+@click.group(context_settings=CONTEXT)
+@click.option(
+    "--db",
+    "url",
+    metavar="URL",
+    envvar="PRUNESTORE_URL",
+    show_envvar=True,
+    help="Database URL; default sqlite:///prunestore.db in the working directory. Also accepted after the command.",
+)
+@click.version_option(__version__, "--version", prog_name="prunestore")
+@click.pass_context
+def main(ctx: click.Context, url: str | None) -> None:
+    """prunestore: a persistent, incremental prompt-pruning store."""
+    ctx.obj = db.resolve_url(url)

@@ -1,0 +1,178 @@
+"""Commands that read a session: render, live, messages, explain, verify, stats, sessions."""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict
+from typing import Any
+
+import click
+
+from ..jsonl import to_json
+from ..model import StoredMessage
+from ..results import Stats
+from ..store import PruneStore
+from .common import command, echo_json, main, message_rows, open_store, printable, table
+
+
+@command(main)
+@click.argument("session")
+@click.option(
+    "--format", "format_", type=click.Choice(["openai", "anthropic", "text"]), default="openai", show_default=True
+)
+@click.option("--placeholders", is_flag=True, help="Keep a pruned result's call, with a placeholder saying why.")
+def render(ctx: click.Context, session: str, format_: str, placeholders: bool, as_json: bool) -> None:
+    """The live history of SESSION as a prompt the provider accepts (JSON; text for --format text).
+
+    A one-line report of what rendering did goes to standard error; with
+    --json, one object holds the prompt and the report.
+    """
+    with open_store(ctx) as store:
+        rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
+        budget = _budget(store, session)
+    r = rendered.report
+    if as_json:
+        prompt: dict[str, Any] = {"text": rendered.text} if format_ == "text" else {"messages": rendered.messages}
+        if format_ == "anthropic":
+            prompt["system"] = rendered.system
+        echo_json({"format": format_, **prompt, "report": asdict(r)})
+        return
+    if format_ == "openai":
+        echo_json(rendered.messages)
+    elif format_ == "anthropic":
+        echo_json({"system": rendered.system, "messages": rendered.messages})
+    else:
+        click.echo(rendered.text)
+    click.echo(
+        f"{r.messages_out} messages from {r.messages_in}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
+        f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
+        err=True,
+    )
+    _echo_budget(budget)
+
+
+def _budget(store: PruneStore, session: str) -> Stats | None:
+    """The session's stats when the store's policy has a budget or gathers removals, for `_echo_budget`."""
+    return store.stats(session) if store.policy.gathers else None
+
+
+def _echo_budget(stats: Stats | None) -> None:
+    """One line on standard error: the prompt against the budget, what waits for the next event, events so far."""
+    if stats is None:
+        return
+    budget = f" of a budget of {stats.budget:,}" if stats.budget is not None else ""
+    click.echo(
+        f"prompt: {stats.live_tokens:,} tokens{budget}, {stats.pending_tokens:,} pending removal, "
+        f"{stats.events:,} removal events so far",
+        err=True,
+    )
+    if stats.over_budget:
+        click.echo(
+            "warning: over budget: what may not be evicted (pinned roles, the current turn, "
+            "messages the prompt refers to) exceeds the budget",
+            err=True,
+        )
+
+
+def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
+    if as_json:
+        echo_json([to_json(m, seq=m.seq, verdict=m.verdict, base=m.base, tokens=m.tokens) for m in messages])
+    else:
+        message_rows(messages)
+
+
+@command(main)
+@click.argument("session")
+def live(ctx: click.Context, session: str, as_json: bool) -> None:
+    """The live messages of SESSION: what goes into the next prompt (with a budget, a line on it to stderr)."""
+    with open_store(ctx) as store:
+        _print_messages(store.live(session), as_json)
+        if not as_json:
+            _echo_budget(_budget(store, session))
+
+
+@command(main)
+@click.argument("session")
+@click.option("--id", "ids", multiple=True, metavar="ID", help="Only the message with this id (repeatable).")
+def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bool) -> None:
+    """Every message of SESSION with its verdict (or only those given with --id)."""
+    with open_store(ctx) as store:
+        _print_messages(store.messages(session, ids=ids or None), as_json)
+
+
+@command(main)
+@click.argument("session")
+@click.argument("message_id")
+def explain(ctx: click.Context, session: str, message_id: str, as_json: bool) -> None:
+    """Why MESSAGE_ID of SESSION has its verdict."""
+    with open_store(ctx) as store:
+        why = store.explain(session, message_id)
+    if as_json:
+        echo_json({**asdict(why), "live": why.live, "reason": why.reason})
+    else:
+        click.echo(printable(f"{why.message_id} (seq {why.seq}): {why.verdict}"))
+        click.echo(f"  {printable(why.reason)}")
+
+
+@command(main)
+@click.argument("session", required=False)
+@click.option("--all", "everything", is_flag=True, help="Verify every session (the default).")
+def verify(ctx: click.Context, session: str | None, everything: bool, as_json: bool) -> None:
+    """Rerun the batch pruner over SESSION (or all) and compare; exit 1 on any mismatch."""
+    if session and everything:
+        raise click.UsageError("give a SESSION or --all, not both")
+    with open_store(ctx) as store:
+        report = store.verify(session)
+    if as_json:
+        echo_json(
+            {
+                "ok": report.ok,
+                "sessions": report.sessions,
+                "messages": report.messages,
+                "mismatches": [
+                    asdict(m) | {"stored": repr(m.stored), "expected": repr(m.expected)} for m in report.mismatches
+                ],
+            }
+        )
+    else:
+        for mismatch in report.mismatches:
+            click.echo(printable(str(mismatch)))
+        verdict = "ok" if report.ok else f"{len(report.mismatches)} mismatches"
+        click.echo(f"{verdict}: {report.sessions} sessions, {report.messages} messages checked")
+    if not report.ok:
+        sys.exit(1)
+
+
+@command(main)
+@click.argument("session", required=False)
+def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """Messages and tokens, total, live and per verdict, of SESSION or of all."""
+    with open_store(ctx) as store:
+        result = store.stats(session)
+    if as_json:
+        echo_json({**asdict(result), "reduction": result.reduction})
+        return
+    rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items()]
+    rows += [("live", result.live_messages, result.live_tokens), ("total", result.messages, result.tokens)]
+    table(["verdict", "messages", "tokens"], rows)
+    click.echo(f"\n{result.sessions} session(s); tokens pruned: {result.reduction:.1%}")
+    if store.policy.gathers:
+        budget = f"{result.budget:,} tokens" if result.budget is not None else "none"
+        click.echo(
+            f"budget: {budget}; pending removal: {result.pending_tokens:,} tokens; "
+            f"removal events: {result.events:,}; sessions over budget: {result.over_budget}"
+        )
+        if result.over_budget:
+            click.echo("warning: over budget: what may not be evicted exceeds the budget", err=True)
+
+
+@command(main)
+def sessions(ctx: click.Context, as_json: bool) -> None:
+    """The session names."""
+    with open_store(ctx) as store:
+        names = store.sessions()
+    if as_json:
+        echo_json(names)
+    else:
+        for name in names:
+            click.echo(printable(name))

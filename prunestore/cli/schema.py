@@ -1,0 +1,76 @@
+"""``prunestore db``: the schema, by Alembic, with no alembic.ini."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import click
+
+from .. import db
+from ..errors import InvalidRevisionError
+from .common import CONTEXT, command, confirm, echo_json, main
+
+
+@main.group("db", context_settings=CONTEXT)
+def db_group() -> None:
+    """Manage the database schema (Alembic, no alembic.ini needed)."""
+
+
+def _schema(ctx: click.Context, change: Callable | None, as_json: bool) -> None:
+    engine = db.make_engine(ctx.find_root().obj)
+    try:
+        if change is not None:
+            change(engine)
+        with db.connection(engine, "read schema version") as conn:
+            current = db.current_revision(conn)
+    finally:
+        engine.dispose()
+    if as_json:
+        echo_json({"revision": current, "head": db.head_revision()})
+    else:
+        click.echo(f"at revision {current or 'base'} (newest: {db.head_revision()})")
+
+
+@command(db_group, "upgrade")
+@click.argument("revision", default="head")
+def db_upgrade(ctx: click.Context, revision: str, as_json: bool) -> None:
+    """Upgrade the schema to REVISION (default: the newest)."""
+    _schema(ctx, lambda engine: db.upgrade(engine, revision), as_json)
+
+
+@command(db_group, "downgrade")
+@click.argument("revision")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def db_downgrade(ctx: click.Context, revision: str, yes: bool, as_json: bool) -> None:
+    """Downgrade the schema to REVISION (asks first: a downgrade drops what newer revisions keep).
+
+    "base" removes every prunestore table, with every session in it.
+    """
+    if revision not in ("base", *db.revisions()):
+        raise InvalidRevisionError(
+            f"revision={revision!r}: no such revision (known: base, {', '.join(db.revisions())})"
+        )
+    what = "every prunestore table and all sessions" if revision == "base" else "what newer revisions store"
+    confirm(f"Downgrade {db.shown_url(ctx.find_root().obj)} to {revision}? This drops {what}.", yes)
+    _schema(ctx, lambda engine: db.downgrade(engine, revision), as_json)
+
+
+@command(db_group, "analyze")
+def db_analyze(ctx: click.Context, as_json: bool) -> None:
+    """Refresh PostgreSQL's planner statistics of the prunestore tables (after bulk loads; a no-op on SQLite)."""
+    engine = db.make_engine(ctx.find_root().obj)
+    try:
+        db.analyze(engine)
+    finally:
+        engine.dispose()
+    analyzed = engine.dialect.name == "postgresql"
+    if as_json:
+        echo_json({"analyzed": analyzed})
+    else:
+        click.echo("statistics refreshed" if analyzed else "nothing to do on SQLite")
+
+
+@command(db_group, "current")
+def db_current(ctx: click.Context, as_json: bool) -> None:
+    """Print the schema revision of the database and the newest one known."""
+    _schema(ctx, None, as_json)

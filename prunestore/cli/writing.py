@@ -1,0 +1,268 @@
+"""Commands that write: append, import, rebuild, delete, fork, truncate, and the policy."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+import zlib
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+import click
+
+from ..errors import InvalidMessageError
+from ..formats import from_anthropic, from_openai
+from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
+from ..jsonl import read_lines
+from ..results import Delta
+from .common import command, confirm, echo_json, main, open_store, printable
+
+
+@command(main)
+@click.argument("session", required=False)
+def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
+    """Append the messages on standard input (JSON Lines), in one transaction.
+
+    Each line goes to SESSION, or, without SESSION, to the session its
+    "session" field names. A line whose "session" differs from SESSION is
+    refused. Messages already stored with the same fields are skipped (a safe
+    retry) and not counted.
+    """
+    batches: dict[str, list] = {}
+    for number, (named, message) in enumerate(read_lines(sys.stdin, session_field=session is None), 1):
+        if session is not None and named is not None and named != session:
+            raise InvalidMessageError(f"line {number}: session={named!r} differs from the SESSION argument {session!r}")
+        name = session if session is not None else named
+        assert name is not None  # read_lines requires the field when there is no SESSION
+        batches.setdefault(name, []).append(message)
+    with open_store(ctx) as store:
+        deltas = store.append_many(batches) if batches else {}
+    appended = sum(d.appended for d in deltas.values())
+    if as_json:
+        if session is not None:
+            echo_json({"appended": appended, **asdict(deltas.get(session, Delta()))})
+        else:
+            echo_json({"appended": appended, "sessions": {name: asdict(d) for name, d in deltas.items()}})
+        return
+    given = sum(map(len, batches.values()))
+    skipped = f" ({given - appended} already stored)" if given > appended else ""
+    added = sum(len(d.live_added) for d in deltas.values())
+    removed = sum(len(d.live_removed) for d in deltas.values())
+    click.echo(f"{appended} messages appended{skipped}; live +{added} -{removed}")
+
+
+@command(main, "import")
+@click.argument("files", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option(
+    "--batch-size", default=2000, show_default=True, type=click.IntRange(min=1), help="Lines per transaction."
+)
+@click.option(
+    "--format",
+    "format_",
+    type=click.Choice(["jsonl", "openai", "anthropic"]),
+    default="jsonl",
+    show_default=True,
+    help="JSON Lines messages, or one provider transcript per FILE.",
+)
+@click.option("--session", help="Session of a provider transcript (default: the file name without extension).")
+@click.option("--document-tool", multiple=True, help="A tool whose results are retrieved passages (repeatable).")
+@click.option("--keep-tool", multiple=True, help="A tool whose results are never superseded (repeatable).")
+def import_(
+    ctx: click.Context,
+    files: tuple[Path, ...],
+    batch_size: int,
+    format_: str,
+    session: str | None,
+    document_tool: tuple[str, ...],
+    keep_tool: tuple[str, ...],
+    as_json: bool,
+) -> None:
+    """Import FILES: JSON Lines whose lines carry a "session" field, or provider transcripts.
+
+    JSON Lines go in one transaction per batch, with memory flat however long
+    the files are; a bad line stops the import, naming its file and line, and
+    the batches before it stay stored. A transcript (--format openai: a JSON
+    list of Chat Completions messages; --format anthropic: {"system": ...,
+    "messages": [...]}) goes in as one session, all FILES in one transaction.
+    Files may be gzip-compressed. Messages already stored are skipped and not
+    counted, so importing again after an interruption or a fix finishes the job.
+    """
+    start = time.perf_counter()
+    if format_ != "jsonl":
+        if session is not None and len(files) > 1:
+            raise click.UsageError("--session names one session: give one FILE")
+        options = {"document_tools": set(document_tool), "keep_tools": set(keep_tool)}
+        batches: dict[str, list] = {}
+        for path in files:  # every file is read and checked before anything is written
+            batches.setdefault(session or path.stem, []).extend(_read_transcript(path, format_, options))
+        with open_store(ctx) as store:
+            deltas = store.append_many(batches)
+        given = sum(map(len, batches.values()))
+        appended = {name: d.appended for name, d in deltas.items() if d.appended}
+        summary = ImportSummary(sum(appended.values()), len(appended), given - sum(appended.values()))
+        _report_import(summary, time.perf_counter() - start, as_json)
+        return
+    total = sum(f.stat().st_size for f in files)
+    show = sys.stderr.isatty() and not as_json
+    progress = click.progressbar(length=total, label="importing", file=sys.stderr, hidden=not show)
+    try:
+        with open_store(ctx) as store, progress as bar:
+            imported = import_files(store, files, batch_size, bar.update)
+    except ImportInterrupted as stop:
+        done = stop.summary
+        click.echo(
+            f"\nInterrupted: {done.messages} messages were imported and are stored; "
+            "run the same command again to import the rest.",
+            err=True,
+        )
+        sys.exit(130)
+    _report_import(imported, time.perf_counter() - start, as_json)
+
+
+def _read_transcript(path: Path, format_: str, options: dict) -> list:
+    try:
+        with open_bytes(path) as (handle, _raw):
+            data = json.loads(handle.read().decode("utf-8"))
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, EOFError, zlib.error) as exc:
+        raise InvalidMessageError(f"{path}: not a JSON transcript ({type(exc).__name__}: {exc})") from None
+    messages: Any = data.get("messages") if isinstance(data, dict) else data
+    try:
+        if format_ == "openai":
+            return from_openai(messages, **options)
+        return from_anthropic(messages, data.get("system") if isinstance(data, dict) else None, **options)
+    except InvalidMessageError as exc:
+        other = "anthropic" if format_ == "openai" else "openai"
+        hint = f" (is it an {other.capitalize()} transcript? use --format {other})" if "transcript?" in str(exc) else ""
+        raise InvalidMessageError(f"{path}: {exc}{hint}") from None
+
+
+def _report_import(summary: ImportSummary, elapsed: float, as_json: bool) -> None:
+    rate = round(summary.messages / elapsed) if elapsed else None
+    if as_json:
+        echo_json(asdict(summary) | {"seconds": round(elapsed, 3), "messages_per_second": rate})
+        return
+    skipped = f" ({summary.already_stored} already stored)" if summary.already_stored else ""
+    click.echo(
+        f"imported {summary.messages} messages{skipped} in {summary.sessions} sessions in {elapsed:.1f} s "
+        f"({rate} messages/s)"
+    )
+
+
+@command(main)
+@click.argument("session", required=False)
+@click.option("--all", "everything", is_flag=True, help="Rebuild every session.")
+def rebuild(ctx: click.Context, session: str | None, everything: bool, as_json: bool) -> None:
+    """Recompute the stored state of SESSION (or --all) from its messages."""
+    if bool(session) == everything:
+        raise click.UsageError("give a SESSION or --all")
+    with open_store(ctx) as store:
+        store.rebuild(session)
+        rebuilt = [session] if session else store.sessions()
+    if as_json:
+        echo_json({"rebuilt": rebuilt})
+    else:
+        click.echo(f"rebuilt {printable(session) if session else f'{len(rebuilt)} sessions'}")
+
+
+@command(main)
+@click.argument("session")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
+    """Delete SESSION and everything that belongs to it (asks first)."""
+    confirm(f"Delete session {session!r} and all its messages?", yes)
+    with open_store(ctx) as store:
+        store.delete_session(session)
+    if as_json:
+        echo_json({"deleted": session})
+    else:
+        click.echo(f"deleted {printable(session)}")
+
+
+@command(main)
+@click.argument("session")
+@click.argument("at_message_id")
+@click.argument("new_session")
+def fork(ctx: click.Context, session: str, at_message_id: str, new_session: str, as_json: bool) -> None:
+    """Start NEW_SESSION with the messages of SESSION up to and including AT_MESSAGE_ID."""
+    with open_store(ctx) as store:
+        store.fork(session, at_message_id, new_session)
+        stats = store.stats(new_session)
+    if as_json:
+        echo_json({"session": new_session, "messages": stats.messages, "live_messages": stats.live_messages})
+    else:
+        click.echo(printable(f"forked {session} at {at_message_id} into {new_session} ({stats.live_messages} live)"))
+
+
+@command(main)
+@click.argument("session")
+@click.argument("after_message_id")
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def truncate(ctx: click.Context, session: str, after_message_id: str, yes: bool, as_json: bool) -> None:
+    """Drop the messages of SESSION after AFTER_MESSAGE_ID, restoring the state it had then (asks first)."""
+    confirm(f"Drop every message of session {session!r} after {after_message_id!r}?", yes)
+    with open_store(ctx) as store:
+        delta = store.truncate(session, after_message_id)
+    if as_json:
+        echo_json(asdict(delta))
+    else:
+        click.echo(
+            printable(
+                f"truncated {session} after {after_message_id}: "
+                f"{len(delta.live_removed)} no longer live, {len(delta.live_added)} live again"
+            )
+        )
+
+
+def _roles(text: str | None) -> frozenset[str] | None:
+    return None if text is None else frozenset(r.strip() for r in text.split(",") if r.strip())
+
+
+@command(main)
+@click.option("--budget", help="Tokens the prompt may hold ('none': no budget).")
+@click.option("--clear-at-least", type=int, help="Tokens of removals gathered before an event.")
+@click.option("--pinned-roles", help="Comma-separated roles the budget never evicts.")
+@click.option("--restore", type=click.Choice(["transitive", "direct"]), help="How restoration follows references.")
+@click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
+@click.option("--yes", is_flag=True, help="Change the policy without asking.")
+def policy(
+    ctx: click.Context,
+    budget: str | None,
+    clear_at_least: int | None,
+    pinned_roles: str | None,
+    restore: str | None,
+    dedupe_roles: str | None,
+    yes: bool,
+    as_json: bool,
+) -> None:
+    """Show the store's policy; with options, change it and rebuild every session under the new one."""
+    changes: dict[str, Any] = {}
+    if budget is not None:
+        changes["budget"] = None if budget.lower() == "none" else _int_option("--budget", budget)
+    if clear_at_least is not None:
+        changes["clear_at_least"] = clear_at_least
+    for name, value in (("pinned_roles", _roles(pinned_roles)), ("dedupe_roles", _roles(dedupe_roles))):
+        if value is not None:
+            changes[name] = value
+    if restore is not None:
+        changes["restore"] = restore
+    with open_store(ctx) as store:
+        chosen = store.policy
+        if changes:
+            chosen = replace(store.policy, **changes)
+            if chosen != store.policy:
+                confirm(f"Rebuild all {len(store.sessions())} sessions under the new policy?", yes)
+                store.rebuild(policy=chosen)
+    if as_json:
+        echo_json(json.loads(chosen.to_json()))
+        return
+    for name, value in json.loads(chosen.to_json()).items():
+        click.echo(f"{name}: {value if value is not None else 'none'}")
+
+
+def _int_option(name: str, text: str) -> int:
+    try:
+        return int(text)
+    except ValueError:
+        raise click.BadParameter(f"{text!r} is not a whole number of tokens (or 'none')", param_hint=name) from None
