@@ -26,12 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 from . import db
+from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Options
 from .formats import Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
 from .results import Delta, Explanation, Stats, VerifyReport
 from .storage import SessionState
-from .store import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, PruneStore
+from .store import PruneStore
 from .text import count_tokens
 from .views import Form
 
@@ -65,7 +66,7 @@ class AsyncPruneStore:
         self._executor = ThreadPoolExecutor(1, "prunestore") if self._threaded and db.in_memory(self.url) else None
         # SQLite: the blocking engine, used from worker threads. PostgreSQL: the first loop's; others make theirs.
         self.engine: Any = db.make_engine(self.url) if self._threaded else db.make_async_engine(self.url)
-        self._options = (policy, tokenizer, max_content_bytes, max_metadata_bytes)
+        self._policy, self._options = policy, Options(tokenizer, max_content_bytes, max_metadata_bytes)
         self._cache = LiveCache(live_cache_bytes)
         self._unused: Any = None if self._threaded else self.engine
         self._loops: dict[Any, tuple[Any, PruneStore]] = {}  # event loop (None: threads) -> (engine, store)
@@ -99,7 +100,7 @@ class AsyncPruneStore:
         """Open the store once, whichever thread asks first; the others wait for it."""
         with self._opening_lock:
             if None not in self._loops:
-                store = PruneStore._over(self.engine, self.url, *self._options, live_cache=self._cache)
+                store = PruneStore._over(self.engine, self.url, self._policy, self._options, self._cache)
                 self._loops[None] = (self.engine, store)
             return self._loops[None][1]
 
@@ -113,7 +114,7 @@ class AsyncPruneStore:
             engine, self._unused = self._unused or db.make_async_engine(self.url), None
         try:
             store = await _in_greenlet(
-                PruneStore._over, engine.sync_engine, self.url, *self._options, live_cache=self._cache
+                PruneStore._over, engine.sync_engine, self.url, self._policy, self._options, self._cache
             )
         except BaseException:
             await engine.dispose()

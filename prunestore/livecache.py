@@ -26,12 +26,13 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
+from .driver import Driver
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
-from .storage import SessionRow, stored_message
-from .views import ViewEntry
+from .storage import ALL_MESSAGES, ANY_BY_SEQ, LIVE_BY_SEQ, LIVE_MESSAGES, SessionRow, stored_message
+from .views import Form, View, ViewEntry
 
-__all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes"]
+__all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes", "read_live", "read_view"]
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _SEQ, _CONTENT, _METADATA = itemgetter(0), itemgetter(3), itemgetter(6)  # columns of FULL_COLUMNS
@@ -186,3 +187,35 @@ class LiveCache:
             views.discard(key[1])
             if not views:
                 del self._views[key[0]]
+
+
+def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> list[StoredMessage]:
+    """The session's live messages through the cache: kept, patched from the rows an own append wrote, or read."""
+    if not cache.max_bytes or row.stamp is None:  # no stamp: not written since revision 0003
+        return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, {"sid": row.session_id})]
+    entry = cache.get(name, row)
+    if entry is None:
+        entry = Entry.read(row.session_id, row.stamp, driver.all(LIVE_MESSAGES, {"sid": row.session_id}))
+        cache.put(name, entry)
+        return entry.messages()
+    if entry.pending:
+        entry = entry.patched(driver.chunks(LIVE_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending)))
+        cache.put(name, entry)
+    return entry.messages()
+
+
+def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form: Form) -> list[Any]:
+    """The session's prompt in `form`'s objects through the cache, kept and patched like `read_live`'s list."""
+    cached = cache.max_bytes > 0 and row.stamp is not None
+    entry = cache.get(name, row, form.name) if cached else None
+    if entry is None:
+        view = View(form)
+        view.apply(driver.all(ALL_MESSAGES, {"sid": row.session_id}))
+        if cached:
+            assert row.stamp is not None
+            cache.put(name, ViewEntry(row.session_id, row.stamp, view, view.size), form.name)
+        return view.prompt()
+    if entry.pending:
+        entry.view.apply(driver.chunks(ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending)))
+        cache.put(name, ViewEntry(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
+    return entry.view.prompt()

@@ -119,6 +119,15 @@ KEYS_BY_NAME = Statement(
     "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys "
     "WHERE session_id = :sid AND key IN :keys",
 )
+# What the store reads of a session's messages: the prompt (all of it, or some seqs of it) and every message.
+LIVE_MESSAGES = Statement(
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} ORDER BY seq"
+)
+LIVE_BY_SEQ = Statement(
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs AND {IN_PROMPT}"
+)
+ALL_MESSAGES = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
 IN_PROMPT_AFTER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} AND seq > :after "

@@ -1,0 +1,206 @@
+"""The append path: what a store checks before writing, and one session's append under its lock.
+
+`append_locked` runs inside the caller's write transaction: it locks the
+session, skips messages already stored with equal fields (a retry), checks
+turn order, runs the maintainer (or, for a first append without a budget,
+the batch `FirstAppend`), and writes back the rows it changed with the undo
+journal of the append.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, replace
+
+from .audit import FirstAppend
+from .driver import Driver
+from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
+from .incremental import Maintainer, MsgState, NoRows, new_state
+from .model import MESSAGE_FIELDS, Message, Policy, check_identifier
+from .results import Delta
+from .storage import MESSAGES_BY_ID, SessionRow, SessionRows, lock_session_for_append, stored_message
+from .text import count_tokens
+from .undo import journal_entry
+
+__all__ = [
+    "MAX_SESSION_NAME",
+    "DEFAULT_MAX_CONTENT_BYTES",
+    "DEFAULT_MAX_METADATA_BYTES",
+    "Options",
+    "Write",
+    "append_locked",
+    "as_batch",
+    "check_ids",
+    "check_session_name",
+]
+
+MAX_SESSION_NAME = 512
+DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
+DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
+
+# A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote.
+Write = tuple[str, int, int | None, int, list[int]]
+
+
+def check_session_name(session: object) -> str:
+    if not isinstance(session, str) or not session:
+        raise InvalidMessageError(f"session={shorten(session)}: must be a non-empty string")
+    if len(session) > MAX_SESSION_NAME:
+        raise InvalidMessageError(f"session={shorten(session)}: longer than {MAX_SESSION_NAME} characters")
+    if "\x00" in session:
+        raise InvalidMessageError(f"session={shorten(session)}: must not contain NUL")
+    try:
+        session.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidMessageError(f"session={shorten(session)}: cannot be encoded as UTF-8") from None
+    return session
+
+
+def as_batch(messages: Message | Iterable[Message]) -> list[Message]:
+    if isinstance(messages, Message):
+        return [messages]
+    if isinstance(messages, (str, bytes, dict)) or not isinstance(messages, Iterable):
+        raise InvalidMessageError(f"messages={shorten(messages)}: expected a Message or an iterable of them")
+    batch = list(messages)
+    for m in batch:
+        if not isinstance(m, Message):
+            raise InvalidMessageError(f"messages: expected Message, got {type(m).__name__} {shorten(m)}")
+    return batch
+
+
+def check_ids(ids: object) -> list[str]:
+    """Message ids as a list without repeats; a lone string is refused (it would be read as its characters)."""
+    if isinstance(ids, str) or not isinstance(ids, Iterable):
+        raise InvalidMessageError(f"ids={shorten(ids)}: must be an iterable of message ids, not a single string")
+    wanted = list(ids)
+    for message_id in wanted:
+        check_identifier("ids", message_id)
+    return list(dict.fromkeys(wanted))
+
+
+def differing_fields(a: Message, b: Message) -> list[str]:
+    return [name for name in MESSAGE_FIELDS if getattr(a, name) != getattr(b, name)]
+
+
+@dataclass(frozen=True)
+class Options:
+    """How a store prepares what it appends: the tokenizer and the size limits. One value for both store classes."""
+
+    tokenizer: Callable[[str], int] = count_tokens
+    max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
+    max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
+
+    def tokens(self, message: Message) -> int:
+        try:
+            tokens = self.tokenizer(message.content)
+        except Exception as exc:
+            raise InvalidMessageError(f"content={shorten(message.content)}: the tokenizer failed ({exc!r})") from exc
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < 2**31:
+            raise InvalidMessageError(f"tokens={shorten(tokens)}: the tokenizer must return a non-negative int")
+        return tokens
+
+    def check(self, state: MsgState) -> None:
+        """Refuse a message larger than the store's limits (set when it is opened)."""
+        content = state.message.content if state.message is not None else ""
+        if len(content) * 4 > self.max_content_bytes:  # cheap bound first: at most 4 bytes a character
+            size = len(content.encode("utf-8"))
+            if size > self.max_content_bytes:
+                raise InvalidMessageError(
+                    f"content={shorten(content)}: {size} bytes, over the limit of {self.max_content_bytes} "
+                    "(max_content_bytes=...)"
+                )
+        metadata = state.metadata_json
+        if metadata is not None and len(metadata) * 4 > self.max_metadata_bytes:
+            size = len(metadata.encode("utf-8"))
+            if size > self.max_metadata_bytes:
+                raise InvalidMessageError(
+                    f"metadata={shorten(metadata)}: {size} bytes as JSON, over the limit of "
+                    f"{self.max_metadata_bytes} (max_metadata_bytes=...)"
+                )
+
+    def prepare(self, messages: Message | Iterable[Message]) -> list[MsgState]:
+        """The messages as states to append, their tokens counted and their sizes checked."""
+        states = [new_state(m, self.tokens(m)) for m in as_batch(messages)]
+        for state in states:
+            self.check(state)
+        return states
+
+
+def append_locked(
+    driver: Driver,
+    name: str,
+    states: list[MsgState],
+    policy: Policy,
+    writes: list[Write] | None = None,
+    locked: SessionRow | None = None,
+) -> Delta:
+    """Lock one session (unless `locked` is its row), skip retries, check turns, run the maintainer, write back.
+
+    What it wrote is added to `writes` (when given), for the live cache once the transaction commits.
+    """
+    batch = [s.message for s in states if s.message is not None]
+    ids = list({s.id: None for s in states})
+    if locked is None:
+        row, stored = lock_session_for_append(driver, name, ids)
+    else:
+        row = locked
+        found = driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids) if row.last_seq else []
+        stored = {m.id: m for m in map(stored_message, found)}
+    before = row.stamp
+    rows = SessionRows(driver, row)
+    fresh: list[MsgState] = []
+    seen: dict[str, Message] = {}
+    turn = row.current_turn
+    for message, state in zip(batch, states, strict=True):
+        earlier = stored.get(message.id) or seen.get(message.id)
+        if earlier is not None:
+            differing = differing_fields(earlier, message)
+            if not differing:
+                continue
+            raise DuplicateMessageError(
+                f"id={shorten(message.id)}: already in session {name!r} with different {', '.join(differing)}",
+                session=name,
+                message_id=message.id,
+            )
+        if message.turn < turn:
+            raise TurnOrderError(
+                f"turn={message.turn}: message id={shorten(message.id)} is older than "
+                f"the current turn {turn} of session {name!r}",
+                session=name,
+                message_id=message.id,
+            )
+        turn = message.turn
+        seen[message.id] = message
+        fresh.append(state)
+    if not fresh:
+        return Delta()
+    maintainer: Maintainer | FirstAppend
+    prompt_before = replace(row.prompt)
+    if row.last_seq == 0 and not policy.gathers:
+        maintainer = FirstAppend(fresh, policy, row.current_turn)
+    else:
+        source = rows if row.last_seq else NoRows()
+        maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, replace(row.prompt))
+        for state in fresh:
+            maintainer.append(state)
+    prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
+    changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
+    holders_added, holders_removed = maintainer.hash_holder_changes()
+    rows.write_back(
+        maintainer.new,
+        changed,
+        keys,
+        holders_added,
+        holders_removed,
+        current_turn=maintainer.current_turn,
+        last_seq=maintainer.last_seq,
+        journal=journal_entry(row.current_turn, changed, keys, holders_removed, prompt_before),
+        prompt=prompt,
+    )
+    if writes is not None:
+        seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
+        assert row.stamp is not None  # write_back set it
+        writes.append((name, row.session_id, before, row.stamp, seqs))
+    added, removed = maintainer.delta()
+    events = prompt.events - prompt_before.events if prompt else 0
+    return Delta(tuple(added), tuple(removed), len(fresh), events)

@@ -1,0 +1,163 @@
+"""The lifecycle of a session's stored state: rebuild, cut back (truncate, pop), fork and delete.
+
+A cut takes back the appends after it from the undo journal (`undo`), so it
+costs what is cut; a cut into history written before the last `rebuild` or
+fork is recomputed as a batch over what remains. A rebuild writes every
+derived row and column from the messages (`audit.expected_state`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from .appending import append_locked
+from .audit import expected_state
+from .driver import Driver, Statement
+from .errors import MessageNotFoundError, shorten
+from .incremental import new_state
+from .model import LIVE_VERDICTS, Policy, check_identifier
+from .results import Delta
+from .schema import MESSAGES
+from .storage import (
+    DELETE_HOLDER,
+    FULL_COLUMNS,
+    MESSAGE_WIDTH,
+    VERDICT_COLUMN,
+    SessionRow,
+    SessionRows,
+    join_keys,
+    stored_message,
+    update_session,
+)
+from .undo import CLEAR_JOURNAL, apply_undo, last_append_at_or_before, read_undo
+
+__all__ = ["rebuild_session", "cut", "copy_prefix", "delete_rows", "seq_of", "delta_between", "AUDIT", "MESSAGE_AT"]
+
+AUDIT = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
+    "WHERE session_id = :sid ORDER BY seq"
+)
+_DELETE_DERIVED = [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_keys", "prunestore_hash_holders")
+]
+_UPDATE_KEYS_AND_HASH = Statement(
+    "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
+    "WHERE session_id = :sid AND seq = :seq"
+)
+_SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+_VERDICTS_FROM = Statement(
+    "SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq >= :since ORDER BY seq"
+)
+_VERDICTS_OF = Statement("SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
+_TAIL = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND seq >= :since "
+    "ORDER BY seq"
+)
+_DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
+MESSAGE_AT = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
+_COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
+_COPY_PREFIX = Statement(
+    f"INSERT INTO prunestore_messages (session_id, {_COPIED_COLUMNS}) "
+    f"SELECT :new_sid, {_COPIED_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq <= :cut"
+)
+_DELETE_SESSION = _DELETE_DERIVED + [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_messages", "prunestore_sessions")
+]
+
+
+def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
+    """Rewrite every derived row and column of the session from its messages."""
+    rows = driver.all(AUDIT, {"sid": row.session_id})
+    stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
+    expected = expected_state(stored, policy)
+    for statement in _DELETE_DERIVED:
+        driver.run(statement, {"sid": row.session_id})
+    driver.run(CLEAR_JOURNAL, {"sid": row.session_id})  # what it recorded no longer matches the state
+    keys_and_hash = [
+        {
+            "sid": row.session_id,
+            "seq": s.seq,
+            "content_hash": s.content_hash,
+            "eff_defines": join_keys(s.defines),
+            "eff_refs": join_keys(s.refs),
+        }
+        for s, r in zip(expected.states, rows, strict=True)
+        if (bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2])
+        != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
+    ]
+    driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
+    changed = [s for s, m in zip(expected.states, stored, strict=True) if (s.base, s.verdict) != (m.base, m.verdict)]
+    SessionRows(driver, row).write_back(
+        new=[],
+        changed=changed,
+        keys=list(expected.keys.values()),
+        holders_added=sorted(expected.hash_holders),
+        holders_removed=[],
+        current_turn=expected.current_turn,
+        last_seq=stored[-1].seq if stored else 0,
+        prompt=expected.prompt,
+    )
+
+
+def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) -> Delta:
+    """Drop the locked session's messages after seq `cut` (0: all of them), restoring the state it had then."""
+    if cut == row.last_seq:
+        return Delta()
+    sid = row.session_id
+    journaled = last_append_at_or_before(driver, sid, cut + 1)
+    if journaled is None:
+        before = driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1})
+        driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
+        rebuild_session(driver, row, policy)
+        return delta_between(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+
+    undo = read_undo(driver, sid, *journaled)
+    tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
+    touched = list(undo.verdicts)
+    before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
+        (r[0], r[1], r[VERDICT_COLUMN]) for r in tail
+    ]
+    apply_undo(driver, sid, undo)
+    driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
+    driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
+    update_session(driver, row, undo.turn, undo.since - 1, undo.prompt)
+    kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
+    if kept:
+        append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept], policy)
+    after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
+    return delta_between(before, after)
+
+
+def copy_prefix(driver: Driver, source: SessionRow, target: SessionRow, cut: int) -> None:
+    """Copy the messages of `source` up to seq `cut` into the empty session `target` (then `rebuild_session`)."""
+    driver.run(_COPY_PREFIX, {"new_sid": target.session_id, "sid": source.session_id, "cut": cut})
+
+
+def delete_rows(driver: Driver, sid: int) -> None:
+    """Every row of the session, its own row last."""
+    for statement in _DELETE_SESSION:
+        driver.run(statement, {"sid": sid})
+
+
+def seq_of(driver: Driver, row: SessionRow, field: str, message_id: str) -> int:
+    check_identifier(field, message_id)
+    seq = driver.scalar(_SEQ_OF, {"sid": row.session_id, "id": message_id})
+    if seq is None:
+        raise MessageNotFoundError(f"{field}={shorten(message_id)}: not in this session")
+    return seq
+
+
+def delta_between(before: Iterable[tuple[int, str, str]], after: Iterable[tuple[int, str, str]]) -> Delta:
+    """The Delta between two readings of (seq, id, verdict) rows; a row missing after is gone."""
+    was = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in before}
+    now = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in after}
+    added, removed = [], []
+    for seq in sorted(was.keys() | now.keys()):
+        old, new = was.get(seq, ("", False)), now.get(seq, ("", False))
+        if new[1] and not (old[1] and old[0] == new[0]):
+            added.append(new[0])
+        if old[1] and not (new[1] and old[0] == new[0]):
+            removed.append(old[0])
+    return Delta(tuple(added), tuple(removed))
