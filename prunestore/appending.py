@@ -120,7 +120,10 @@ class Options:
 
     def prepare(self, messages: Message | Iterable[Message]) -> list[MsgState]:
         """The messages as states to append, their tokens counted and their sizes checked."""
-        states = [new_state(m, self.tokens(m)) for m in as_batch(messages)]
+        return self.checked([new_state(m, self.tokens(m)) for m in as_batch(messages)])
+
+    def checked(self, states: list[MsgState]) -> list[MsgState]:
+        """The states, once each is within the limits."""
         for state in states:
             self.check(state)
         return states

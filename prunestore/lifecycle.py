@@ -13,7 +13,7 @@ from collections.abc import Iterable
 from .appending import append_locked
 from .audit import expected_state
 from .driver import Driver, Statement
-from .errors import MessageNotFoundError, shorten
+from .errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError, shorten
 from .incremental import new_state
 from .model import LIVE_VERDICTS, Policy, check_identifier
 from .results import Delta
@@ -25,13 +25,27 @@ from .storage import (
     VERDICT_COLUMN,
     SessionRow,
     SessionRows,
+    create_session,
+    find_session,
     join_keys,
+    lock_session,
     stored_message,
     update_session,
 )
 from .undo import CLEAR_JOURNAL, apply_undo, last_append_at_or_before, read_undo
 
-__all__ = ["rebuild_session", "cut", "copy_prefix", "delete_rows", "seq_of", "delta_between", "AUDIT", "MESSAGE_AT"]
+__all__ = [
+    "rebuild_session",
+    "cut",
+    "copy_prefix",
+    "fork_into",
+    "lock_existing",
+    "delete_rows",
+    "seq_of",
+    "delta_between",
+    "AUDIT",
+    "MESSAGE_AT",
+]
 
 AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
@@ -133,6 +147,25 @@ def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) ->
 def copy_prefix(driver: Driver, source: SessionRow, target: SessionRow, cut: int) -> None:
     """Copy the messages of `source` up to seq `cut` into the empty session `target` (then `rebuild_session`)."""
     driver.run(_COPY_PREFIX, {"new_sid": target.session_id, "sid": source.session_id, "cut": cut})
+
+
+def lock_existing(driver: Driver, name: str) -> SessionRow:
+    """Lock the session for writing; `SessionNotFoundError` when there is none."""
+    row = lock_session(driver, name)
+    if row is None:
+        raise SessionNotFoundError(f"session={shorten(name)}: no such session")
+    return row
+
+
+def fork_into(driver: Driver, row: SessionRow, at: int, new: str, policy: Policy) -> None:
+    """Create session `new` holding the messages of the locked session up to seq `at`, its state a batch over them."""
+    if find_session(driver, new) is not None:
+        raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
+    create_session(driver, new)
+    new_row = lock_session(driver, new)
+    assert new_row is not None
+    copy_prefix(driver, row, new_row, at)
+    rebuild_session(driver, new_row, policy)
 
 
 def delete_rows(driver: Driver, sid: int) -> None:

@@ -6,6 +6,7 @@ them is on the append path, so they may read a whole session (`verify` must).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import astuple
 
 from .audit import compare
@@ -27,10 +28,10 @@ from .model import (
     check_identifier,
     supports,
 )
-from .results import Explanation, Mismatch, Stats, VerdictStats
+from .results import Explanation, Mismatch, Stats, VerdictStats, VerifyReport
 from .storage import FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
-__all__ = ["explain", "stats", "verify"]
+__all__ = ["explain", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 _NEXT_HOLDER = Statement(
@@ -172,3 +173,14 @@ def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[
         policy,
     )
     return len(stored), list(mismatches)
+
+
+def verify_sessions(driver: Driver, sessions: Iterable[tuple[str, SessionRow]], policy: Policy) -> VerifyReport:
+    """`verify` over each (name, row) in turn, in one report."""
+    count = messages = 0
+    mismatches: list[Mismatch] = []
+    for name, row in sessions:
+        checked, found = verify(driver, name, row, policy)
+        count, messages = count + 1, messages + checked
+        mismatches.extend(found)
+    return VerifyReport(sessions=count, messages=messages, mismatches=tuple(mismatches))

@@ -25,26 +25,24 @@ from .errors import (
     InvalidPolicyError,
     MessageNotFoundError,
     PolicyMismatchError,
-    SessionExistsError,
     SessionNotFoundError,
     shorten,
 )
 from .formats import Rendered, render
 from .incremental import MsgState
-from .lifecycle import MESSAGE_AT, copy_prefix, cut, delete_rows, rebuild_session, seq_of
+from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes, read_live, read_view
 from .model import (
     Message,
     Policy,
     StoredMessage,
 )
-from .results import Delta, Explanation, Mismatch, Stats, VerifyReport
+from .results import Delta, Explanation, Stats, VerifyReport
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
     SessionRow,
     SessionState,
-    create_session,
     find_session,
     lock_session,
     lock_session_for_append,
@@ -163,14 +161,9 @@ class PruneStore:
 
     def _append_states(self, prepared: Iterable[tuple[str, list[MsgState]]]) -> dict[str, Delta]:
         """`append_many` for messages whose derived columns are computed already (the importer does it)."""
-        deltas: dict[str, Delta] = {}
-        work = []
-        for name, states in prepared:
-            deltas[name] = Delta()
-            if states:
-                for state in states:
-                    self.options.check(state)
-                work.append((check_session_name(name), states))
+        prepared = list(prepared)
+        deltas = {name: Delta() for name, _ in prepared}
+        work = [(check_session_name(name), self.options.checked(states)) for name, states in prepared if states]
         work.sort(key=lambda item: item[0])
         if not work:
             return deltas
@@ -243,10 +236,7 @@ class PruneStore:
         """Remove the session and every row that belongs to it."""
         name = check_session_name(session)
         with db.transaction(self.engine, f"delete session {name!r}", write=True) as driver:
-            row = lock_session(driver, name)
-            if row is None:
-                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
-            delete_rows(driver, row.session_id)
+            delete_rows(driver, lock_existing(driver, name).session_id)
         self.live_cache.forget(name)
 
     def truncate(self, session: str, after_message_id: str) -> Delta:
@@ -261,9 +251,7 @@ class PruneStore:
         name = check_session_name(session)
         self.live_cache.forget(name)  # its stamp is about to change: free the memory
         with db.transaction(self.engine, f"truncate session {name!r}", write=True) as driver:
-            row = lock_session(driver, name)
-            if row is None:
-                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
+            row = lock_existing(driver, name)
             return cut(driver, name, row, seq_of(driver, row, "after_message_id", after_message_id), self.policy)
 
     def pop(self, session: str) -> StoredMessage | None:
@@ -292,17 +280,8 @@ class PruneStore:
         """
         name, new = check_session_name(session), check_session_name(new_session)
         with db.transaction(self.engine, f"fork session {name!r} into {new!r}", write=True) as driver:
-            row = lock_session(driver, name)
-            if row is None:
-                raise SessionNotFoundError(f"session={shorten(name)}: no such session")
-            at = seq_of(driver, row, "at_message_id", at_message_id)
-            if find_session(driver, new) is not None:
-                raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
-            create_session(driver, new)
-            new_row = lock_session(driver, new)
-            assert new_row is not None
-            copy_prefix(driver, row, new_row, at)
-            rebuild_session(driver, new_row, self.policy)
+            row = lock_existing(driver, name)
+            fork_into(driver, row, seq_of(driver, row, "at_message_id", at_message_id), new, self.policy)
 
     # -- reads --------------------------------------------------------------
 
@@ -388,14 +367,9 @@ class PruneStore:
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state."""
-        sessions = messages = 0
-        mismatches: list[Mismatch] = []
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
-            for name in self._names(driver, session):
-                checked, found = queries.verify(driver, name, self._session(driver, name), self.policy)
-                sessions, messages = sessions + 1, messages + checked
-                mismatches.extend(found)
-        return VerifyReport(sessions=sessions, messages=messages, mismatches=tuple(mismatches))
+            rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
+            return queries.verify_sessions(driver, rows, self.policy)
 
 
 def _recorded_policy(engine: Engine, policy: Policy | None) -> Policy:
