@@ -194,6 +194,72 @@ class _HashGroup:
     lost_first: bool = False
 
 
+class HashGroups:
+    """Pass 2's index: per content hash, the surviving holders in order; the first is kept, the rest duplicates.
+
+    Holders are the stored ones (read from `Rows` a page at a time) minus the
+    ones this transaction removed, plus the ones it added. A group whose first
+    holder left is remembered, so the next copy can take over (`lost_first`).
+    """
+
+    def __init__(self, rows: Rows) -> None:
+        self.rows = rows
+        self.groups: dict[bytes, _HashGroup] = {}
+        self.lost_first: list[_HashGroup] = []
+
+    def group(self, content_hash: bytes) -> _HashGroup:
+        group = self.groups.get(content_hash)
+        if group is None:
+            group = self.groups[content_hash] = _HashGroup(content_hash)
+        return group
+
+    def first_holder(self, group: _HashGroup) -> int | None:
+        if not group.looked_up:
+            group.cursor = self.rows.first_holder_after(group.content_hash, 0)
+            group.looked_up = True
+        while group.cursor is not None and group.cursor in group.removed:
+            group.cursor = self.rows.first_holder_after(group.content_hash, group.cursor)
+        if group.cursor is not None:
+            return group.cursor
+        return next(iter(group.added), None)
+
+    def join(self, state: MsgState) -> bool:
+        """A new holder joins its group; whether an earlier one survives (then it is a duplicate)."""
+        group = self.group(state.content_hash)
+        duplicate = self.first_holder(group) is not None
+        group.added[state.seq] = None
+        return duplicate
+
+    def leave(self, state: MsgState) -> None:
+        """A holder stops surviving (superseded or expired); the next copy may take over."""
+        group = self.group(state.content_hash)
+        was_first = self.first_holder(group) == state.seq
+        if state.seq in group.added:
+            del group.added[state.seq]
+        else:
+            group.removed.add(state.seq)
+        if was_first and not group.lost_first:
+            group.lost_first = True
+            self.lost_first.append(group)
+
+    def new_firsts(self) -> list[int]:
+        """The first holders of the groups that lost theirs since the last call."""
+        groups, self.lost_first = self.lost_first, []
+        firsts = []
+        for group in groups:
+            group.lost_first = False
+            first = self.first_holder(group)
+            if first is not None:
+                firsts.append(first)
+        return firsts
+
+    def changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
+        """(added, removed) rows of the surviving-holders index."""
+        added = [(g.content_hash, seq) for g in self.groups.values() for seq in g.added]
+        removed = [(g.content_hash, seq) for g in self.groups.values() for seq in g.removed]
+        return added, removed
+
+
 class Maintainer:
     """Applies appends to one locked session and records what must be written back.
 
@@ -213,8 +279,7 @@ class Maintainer:
         self.key_states: dict[str, KeyState] = {}
         self.new: list[MsgState] = []
         self._new_tool_holders: dict[str, MsgState] = {}
-        self._groups: dict[bytes, _HashGroup] = {}
-        self._lost_first: list[_HashGroup] = []
+        self.hashes = HashGroups(rows)
         self._pending_expiry: list[tuple[int, int, MsgState]] = []  # heap of new messages with a TTL
         self._suspects: list[MsgState] = []
         self._candidates: list[MsgState] = []
@@ -267,43 +332,11 @@ class Maintainer:
 
     # -- pass 2: the surviving holders of each content hash --------------
 
-    def _group(self, content_hash: bytes) -> _HashGroup:
-        group = self._groups.get(content_hash)
-        if group is None:
-            group = self._groups[content_hash] = _HashGroup(content_hash)
-        return group
-
-    def _first_holder(self, group: _HashGroup) -> int | None:
-        if not group.looked_up:
-            group.cursor = self.rows.first_holder_after(group.content_hash, 0)
-            group.looked_up = True
-        while group.cursor is not None and group.cursor in group.removed:
-            group.cursor = self.rows.first_holder_after(group.content_hash, group.cursor)
-        if group.cursor is not None:
-            return group.cursor
-        return next(iter(group.added), None)
-
-    def _leave_group(self, state: MsgState) -> None:
-        """A holder stops surviving (superseded or expired); the next copy may take over."""
-        group = self._group(state.content_hash)
-        was_first = self._first_holder(group) == state.seq
-        if state.seq in group.added:
-            del group.added[state.seq]
-        else:
-            group.removed.add(state.seq)
-        if was_first and not group.lost_first:
-            group.lost_first = True
-            self._lost_first.append(group)
-
     def _hand_over_firsts(self) -> None:
-        groups, self._lost_first = self._lost_first, []
-        for group in groups:
-            group.lost_first = False
-            first = self._first_holder(group)
-            if first is not None:
-                (state,) = self.messages([first])
-                if state.base == DUPLICATE:
-                    self._set_base(state, KEPT)
+        for first in self.hashes.new_firsts():
+            (state,) = self.messages([first])
+            if state.base == DUPLICATE:
+                self._set_base(state, KEPT)
 
     # -- verdict changes and the reference counts they move --------------
 
@@ -320,7 +353,7 @@ class Maintainer:
         self.touch(state)
         state.base = base
         if old in (KEPT, DUPLICATE) and base in (SUPERSEDED, EXPIRED) and state.role in self.policy.dedupe_roles:
-            self._leave_group(state)
+            self.hashes.leave(state)
         if old == KEPT:
             self._stop_keeping(state)
         elif base == KEPT:
@@ -360,7 +393,7 @@ class Maintainer:
         return any(ks.kept_refs > 0 for ks in self._defined_keys(state))
 
     def _settle(self) -> None:
-        if not (self._lost_first or self._suspects or self._candidates):
+        if not (self.hashes.lost_first or self._suspects or self._candidates):
             return
         self._hand_over_firsts()
         self._drop_unsupported()
@@ -458,10 +491,8 @@ class Maintainer:
                 self._set_base(previous, SUPERSEDED)
 
         if state.role in self.policy.dedupe_roles:
-            group = self._group(state.content_hash)
-            if self._first_holder(group) is not None:
+            if self.hashes.join(state):
                 state.base = DUPLICATE
-            group.added[state.seq] = None
 
         self.keys(state.defines + state.refs)
         for ks in self.keys(state.defines):
@@ -492,9 +523,7 @@ class Maintainer:
 
     def hash_holder_changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
         """(added, removed) rows of the surviving-holders index."""
-        added = [(g.content_hash, seq) for g in self._groups.values() for seq in g.added]
-        removed = [(g.content_hash, seq) for g in self._groups.values() for seq in g.removed]
-        return added, removed
+        return self.hashes.changes()
 
     def delta(self) -> tuple[list[str], list[str]]:
         """Ids that came into the prompt and ids that left it, in append order."""
