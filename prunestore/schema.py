@@ -16,6 +16,12 @@ VERSION_TABLE = "prunestore_alembic_version"
 
 metadata = sa.MetaData()
 
+
+def _partial_index(name: str, columns: list[str], where: str) -> sa.Index:
+    """An index of the rows matching `where`, on both backends."""
+    return sa.Index(name, *columns, sqlite_where=sa.text(where), postgresql_where=sa.text(where))
+
+
 SETTINGS = sa.Table(
     "prunestore_settings",
     metadata,
@@ -60,7 +66,7 @@ MESSAGES = sa.Table(
     # Effective keys (fields plus content markers), sorted and space-separated.
     sa.Column("eff_defines", sa.Text, nullable=False),
     sa.Column("eff_refs", sa.Text, nullable=False),
-    # The verdict of passes 1-2 alone, and the final verdict after restoration.
+    # The verdict of passes 1-2 alone, and the final verdict after restoration (under a budget: evicted, pending).
     sa.Column("base", sa.String(16), nullable=False),
     sa.Column("verdict", sa.String(16), nullable=False),
     # On the first message of each append: the undo journal entry of that append
@@ -68,36 +74,15 @@ MESSAGES = sa.Table(
     sa.Column("undo", sa.Text),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
-    sa.Index(
-        "prunestore_messages_tool_key",
-        "session_id",
-        "tool_key",
-        "seq",
-        sqlite_where=sa.text("tool_key IS NOT NULL"),
-        postgresql_where=sa.text("tool_key IS NOT NULL"),
-    ),
-    sa.Index(
-        "prunestore_messages_expiry",
-        "session_id",
-        "expires_after_turn",
-        sqlite_where=sa.text("expires_after_turn IS NOT NULL"),
-        postgresql_where=sa.text("expires_after_turn IS NOT NULL"),
+    _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),
+    _partial_index(
+        "prunestore_messages_expiry", ["session_id", "expires_after_turn"], "expires_after_turn IS NOT NULL"
     ),
     # The messages in the prompt, and those waiting for a removal event.
-    sa.Index(
-        "prunestore_messages_in_prompt",
-        "session_id",
-        "seq",
-        sqlite_where=sa.text("verdict IN ('kept', 'restored', 'pending')"),
-        postgresql_where=sa.text("verdict IN ('kept', 'restored', 'pending')"),
+    _partial_index(
+        "prunestore_messages_in_prompt", ["session_id", "seq"], "verdict IN ('kept', 'restored', 'pending')"
     ),
-    sa.Index(
-        "prunestore_messages_pending",
-        "session_id",
-        "seq",
-        sqlite_where=sa.text("verdict = 'pending'"),
-        postgresql_where=sa.text("verdict = 'pending'"),
-    ),
+    _partial_index("prunestore_messages_pending", ["session_id", "seq"], "verdict = 'pending'"),
 )
 
 HASH_HOLDERS = sa.Table(
