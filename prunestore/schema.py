@@ -78,10 +78,8 @@ MESSAGES = sa.Table(
     _partial_index(
         "prunestore_messages_expiry", ["session_id", "expires_after_turn"], "expires_after_turn IS NOT NULL"
     ),
-    # The messages in the prompt, and those waiting for a removal event.
-    _partial_index(
-        "prunestore_messages_in_prompt", ["session_id", "seq"], "verdict IN ('kept', 'restored', 'pending')"
-    ),
+    # The messages waiting for a removal event. (With a budget, the store adds one of the
+    # messages in the prompt, prunestore_messages_in_prompt, when it records the policy.)
     _partial_index("prunestore_messages_pending", ["session_id", "seq"], "verdict = 'pending'"),
 )
 

@@ -40,6 +40,7 @@ from .model import (
 from .results import Delta, Explanation, Stats, VerifyReport
 from .storage import (
     ALL_MESSAGES,
+    IN_PROMPT,
     MESSAGES_BY_ID,
     SessionRow,
     SessionState,
@@ -62,6 +63,13 @@ _ATTEMPTS = 3
 
 _SESSION_NAMES = Statement("SELECT name FROM prunestore_sessions ORDER BY name")
 _GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
+# Under a budget, events walk the prompt oldest first: an index of the messages in it serves them.
+# It exists only while the policy has a budget or `clear_at_least`, since every append pays for it.
+_CREATE_PROMPT_INDEX = Statement(
+    f"CREATE INDEX IF NOT EXISTS prunestore_messages_in_prompt ON prunestore_messages (session_id, seq) "
+    f"WHERE {IN_PROMPT}"
+)
+_DROP_PROMPT_INDEX = Statement("DROP INDEX IF EXISTS prunestore_messages_in_prompt")
 _PUT_SETTING = Statement(
     "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -222,7 +230,7 @@ class PruneStore:
                 raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         with db.transaction(self.engine, "rebuild", write=True) as driver:
             if policy is not None:
-                driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                _record_policy(driver, policy)
             use = policy or self.policy
             for name in self._names(driver, session):
                 row = lock_session(driver, name)
@@ -381,7 +389,7 @@ def _recorded_policy(engine: Engine, policy: Policy | None) -> Policy:
             recorded = driver.scalar(_GET_SETTING, {"name": "policy"})  # another store may have been first
             if recorded is None:
                 policy = policy or Policy()
-                driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+                _record_policy(driver, policy)
                 return policy
     stored = Policy.from_json(recorded)
     if policy is not None and policy != stored:
@@ -390,3 +398,8 @@ def _recorded_policy(engine: Engine, policy: Policy | None) -> Policy:
             "open it with policy=None, or change it with rebuild(policy=...)"
         )
     return stored
+
+
+def _record_policy(driver: Driver, policy: Policy) -> None:
+    driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+    driver.run(_CREATE_PROMPT_INDEX if policy.gathers else _DROP_PROMPT_INDEX, {})

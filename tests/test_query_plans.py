@@ -11,7 +11,7 @@ import pytest
 from test_scenarios import SCENARIOS
 
 from prunestore import Message as M
-from prunestore import db
+from prunestore import Policy, db
 from prunestore.driver import Driver
 
 
@@ -98,3 +98,27 @@ def assert_plans_use_indexes(store, recorded, at_least: int) -> None:
                 assert not any("Seq Scan" in line for line in plan), (statement.text, plan)
             else:
                 assert all(line.startswith("SEARCH") for line in plan), (statement.text, plan)
+
+
+def test_events_under_a_budget_use_indexes(open_store, recorded):
+    """An event reads the pending messages and walks the prompt through indexes, never the evicted history."""
+    store = open_store(Policy(budget=60, clear_at_least=20))
+    recorded.clear()  # what opening the store ran
+    for turn in range(60):
+        store.append(
+            "s",
+            [
+                M(f"u{turn}", "user", f"question {turn} DEFINE:k{turn % 4} REF:k{(turn + 1) % 4}", turn),
+                M(f"t{turn}", "tool_output", f"result {turn % 5} of the query", turn, tool_key=f"tool{turn % 3}"),
+            ],
+        )
+    walks = [text for text in recorded if "seq > :after" in text]
+    assert walks and any("verdict = 'pending'" in text for text in recorded)
+    assert_plans_use_indexes(store, recorded, at_least=8)
+    assert store.stats("s").events > 3 and any(m.verdict == "evicted" for m in store.messages("s"))
+    if store.engine.dialect.name == "sqlite":
+        with db.transaction(store.engine, "explain") as driver:
+            statement, params = recorded[walks[0]]
+            sql, params = statement.render(driver.pyformat, params)
+            plan = " ".join(str(row[-1]) for row in driver.raw.execute("EXPLAIN QUERY PLAN " + sql, params))
+        assert "prunestore_messages_in_prompt" in plan, plan

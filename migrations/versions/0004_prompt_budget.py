@@ -33,15 +33,9 @@ def upgrade() -> None:
     for column in ("prompt_tokens", "pending_tokens", "events"):
         op.add_column("prunestore_sessions", sa.Column(column, sa.BigInteger, nullable=False, server_default="0"))
     op.add_column("prunestore_keys", sa.Column("evicted_refs", sa.Integer, nullable=False, server_default="0"))
-    # The oldest message in the prompt is found without reading what was evicted before it.
-    where = sa.text(_IN_PROMPT)
-    op.create_index(
-        "prunestore_messages_in_prompt",
-        "prunestore_messages",
-        ["session_id", "seq"],
-        sqlite_where=where,
-        postgresql_where=where,
-    )
+    # Pending messages are found without reading the session. (The index of the messages in
+    # the prompt that events walk is the store's to make, when it records a budgeted policy:
+    # every append would pay for it.)
     where = sa.text("verdict = 'pending'")
     op.create_index(
         "prunestore_messages_pending",
@@ -58,7 +52,7 @@ def downgrade() -> None:
     op.execute("DROP VIEW prunestore_live")
     op.execute(_VIEW.format("verdict IN ('kept', 'restored')"))
     op.drop_index("prunestore_messages_pending", table_name="prunestore_messages")
-    op.drop_index("prunestore_messages_in_prompt", table_name="prunestore_messages")
+    op.execute("DROP INDEX IF EXISTS prunestore_messages_in_prompt")
     op.drop_column("prunestore_keys", "evicted_refs")
     for column in ("events", "pending_tokens", "prompt_tokens"):
         op.drop_column("prunestore_sessions", column)
