@@ -10,7 +10,7 @@ journal of the append.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from .audit import FirstAppend
 from .driver import Driver
@@ -178,12 +178,12 @@ def append_locked(
     if not fresh:
         return Delta()
     maintainer: Maintainer | FirstAppend
-    prompt_before = replace(row.prompt)
+    prompt_before = row.prompt.copy() if policy.gathers else None
     if row.last_seq == 0 and not policy.gathers:
         maintainer = FirstAppend(fresh, policy, row.current_turn)
     else:
         source = rows if row.last_seq else NoRows()
-        maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, replace(row.prompt))
+        maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, row.prompt.copy())
         for state in fresh:
             maintainer.append(state)
     prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
@@ -205,5 +205,5 @@ def append_locked(
         assert row.stamp is not None  # write_back set it
         writes.append((name, row.session_id, before, row.stamp, seqs))
     added, removed = maintainer.delta()
-    events = prompt.events - prompt_before.events if prompt else 0
+    events = prompt.events - prompt_before.events if prompt and prompt_before else 0
     return Delta(tuple(added), tuple(removed), len(fresh), events)

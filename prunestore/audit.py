@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterable, Sequence
-from dataclasses import astuple, dataclass
+from dataclasses import dataclass
 from operator import attrgetter
 
 from .incremental import KeyState, Maintainer, MsgState, NoRows, new_state
@@ -159,7 +159,7 @@ def compare(
         (expected.current_turn, stored[-1].seq if stored else 0),
     )
     if expected.prompt is not None:
-        differ("session", "prompt tokens, pending tokens, events", session_row[2:], astuple(expected.prompt))
+        differ("session", "prompt tokens, pending tokens, events", session_row[2:], expected.prompt.values())
     for message, (content_hash, defines, refs), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         differ("base", message.id, message.base, state.base)

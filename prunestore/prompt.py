@@ -45,6 +45,12 @@ class PromptCounters:
     pending: int = 0
     events: int = 0
 
+    def values(self) -> tuple[int, int, int]:
+        return self.tokens, self.pending, self.events
+
+    def copy(self) -> PromptCounters:
+        return PromptCounters(self.tokens, self.pending, self.events)
+
 
 # What a change is measured against: (in the prompt, live by the passes, counting, evicted).
 _Flags = tuple[bool, bool, bool, bool]

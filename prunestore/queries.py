@@ -7,7 +7,6 @@ them is on the append path, so they may read a whole session (`verify` must).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import astuple
 
 from .audit import compare
 from .driver import Driver, Statement
@@ -165,7 +164,7 @@ def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[
     stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq, *astuple(row.prompt)),
+        (row.current_turn, row.last_seq, *row.prompt.values()),
         stored,
         [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import astuple, dataclass, field
+from dataclasses import dataclass, field
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
@@ -56,8 +56,8 @@ def journal_entry(
     key_rows = [[ks.key, *ks.original] if ks.original is not None else [ks.key] for ks in keys]
     holders = [[content_hash.hex(), seq] for content_hash, seq in holders_removed]
     entry: list = [turn_before, messages, key_rows, holders]
-    if prompt_before is not None and astuple(prompt_before) != (0, 0, 0):
-        entry.append(list(astuple(prompt_before)))
+    if prompt_before is not None and prompt_before.values() != (0, 0, 0):
+        entry.append(list(prompt_before.values()))
     return json.dumps(entry, separators=(",", ":"))
 
 
