@@ -8,6 +8,7 @@ import time
 
 from prunestore import Delta, Message, PruneStore, count_tokens, db
 from prunestore import store as store_module
+from prunestore.appending import append_locked
 from prunestore.incremental import new_state
 
 WORKERS = 4
@@ -73,7 +74,7 @@ def test_retry_waiting_for_the_lock_sees_what_the_holder_committed(open_store, b
             outcome["error"] = exc
 
     with db.transaction(holder.engine, "hold the lock", write=True) as driver:
-        holder._append_locked(driver, "s", [new_state(message, count_tokens(message.content))])
+        append_locked(driver, "s", [new_state(message, count_tokens(message.content))], holder.policy)
         thread = threading.Thread(target=wait_and_retry)
         thread.start()
         _wait_until_blocked(holder, thread)
