@@ -111,9 +111,8 @@ POLICIES = [
     *(
         pytest.param(policy, id=name)
         for name, policy in [
-            ("budget", Policy(budget=12, clear_at_least=4)),
+            ("budget", Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"})),
             ("budget-direct", Policy(restore="direct", budget=9)),
-            ("gathered", Policy(clear_at_least=6, pinned_roles={"system", "user"})),
         ]
     ),
 ]
