@@ -243,7 +243,7 @@ def test_import_shows_no_progress_bar_when_piped(cli):
 
 
 def _big_import(tmp_path: Path, batch_size: int = 500) -> tuple[str, list[str], int]:
-    """A 60,000-line JSON Lines file: the import command for it, and its URL and line count."""
+    """A 200,000-line JSON Lines file (long enough to interrupt on a fast machine): the command, URL and line count."""
     lines = [
         json.dumps(
             {
@@ -254,7 +254,7 @@ def _big_import(tmp_path: Path, batch_size: int = 500) -> tuple[str, list[str], 
                 "turn": i // 50,
             }
         )
-        for i in range(60_000)
+        for i in range(200_000)
     ]
     source = tmp_path / "big.jsonl"
     source.write_text("\n".join(lines) + "\n")
