@@ -133,7 +133,7 @@ def compare(
     session: str,
     session_row: tuple[int, ...],
     stored: Sequence[StoredMessage],
-    derived: Sequence[tuple[bytes, str, str]],
+    derived: Sequence[tuple[bytes, str, str, int]],
     key_rows: Iterable[tuple[str, int | None, int, int]],
     holder_rows: Iterable[tuple[bytes, int]],
     policy: Policy,
@@ -141,9 +141,12 @@ def compare(
     """Every difference between a session's stored rows and what a batch rerun derives.
 
     `session_row` is the stored (current turn, last seq, prompt tokens,
-    pending tokens, events). `derived` holds each message's stored content hash and effective keys
-    (space-separated defines and refs); `key_rows` and `holder_rows` are the
-    session's rows of the key and hash-holder indexes.
+    pending tokens, events, prompt cursor). `derived` holds each message's
+    stored content hash, effective keys (space-separated defines and refs)
+    and held flag; `key_rows` and `holder_rows` are the session's rows of
+    the key and hash-holder indexes. The cursor is where the last eviction
+    walk stopped, not a result: only that the prompt's messages below it are
+    held is checked (see `prompt.PromptKeeper`).
     """
     expected = expected_state(stored, policy)
     out: list[Mismatch] = []
@@ -159,9 +162,12 @@ def compare(
         (expected.current_turn, stored[-1].seq if stored else 0),
     )
     if expected.prompt is not None:
-        differ("session", "prompt tokens, pending tokens, events", session_row[2:], expected.prompt.values())
-    for message, (content_hash, defines, refs), state in zip(stored, derived, expected.states, strict=True):
+        differ("session", "prompt tokens, pending tokens, events", session_row[2:5], expected.prompt.values())
+    cursor = session_row[5]
+    for message, (content_hash, defines, refs, held), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
+        if message.seq < cursor and state.in_prompt:
+            differ("held", message.id, bool(held), True)
         differ("base", message.id, message.base, state.base)
         differ("content_hash", message.id, content_hash, state.content_hash)
         differ("effective_keys", message.id, (defines, refs), (" ".join(state.defines), " ".join(state.refs)))

@@ -153,8 +153,11 @@ class Rows(Protocol):
         """Stored messages the passes dropped that are still in the prompt, waiting for an event."""
         ...
 
-    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
-        """Up to `limit` stored messages in the prompt with seq > after_seq, in seq order."""
+    def in_prompt_after(self, after_seq: int, limit: int, cursor: int) -> list[MsgState]:
+        """Up to `limit` stored messages in the prompt with seq > after_seq, in seq order.
+
+        Below `cursor` (see `prompt.PromptKeeper`) only the held ones: those are all the prompt holds there.
+        """
         ...
 
 
@@ -179,7 +182,7 @@ class NoRows:
     def pending(self) -> list[MsgState]:
         return []
 
-    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
+    def in_prompt_after(self, after_seq: int, limit: int, cursor: int) -> list[MsgState]:
         return []
 
 

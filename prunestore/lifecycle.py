@@ -16,9 +16,11 @@ from .driver import Driver, Statement
 from .errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError, shorten
 from .incremental import new_state
 from .model import LIVE_VERDICTS, Policy, check_identifier
+from .prompt import PromptCounters
 from .results import Delta
 from .schema import MESSAGES
 from .storage import (
+    AUDIT,
     DELETE_HOLDER,
     FULL_COLUMNS,
     MESSAGE_WIDTH,
@@ -43,14 +45,9 @@ __all__ = [
     "delete_rows",
     "seq_of",
     "delta_between",
-    "AUDIT",
     "MESSAGE_AT",
 ]
 
-AUDIT = Statement(
-    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
-    "WHERE session_id = :sid ORDER BY seq"
-)
 _DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
     for table in ("prunestore_keys", "prunestore_hash_holders")
@@ -102,7 +99,12 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
     ]
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
-    changed = [s for s, m in zip(expected.states, stored, strict=True) if (s.base, s.verdict) != (m.base, m.verdict)]
+    held = (expected.prompt or PromptCounters()).held_below
+    changed = [
+        s
+        for s, m, r in zip(expected.states, stored, rows, strict=True)
+        if (s.base, s.verdict, held(s)) != (m.base, m.verdict, bool(r[MESSAGE_WIDTH + 3]))
+    ]
     SessionRows(driver, row).write_back(
         new=[],
         changed=changed,

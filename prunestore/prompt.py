@@ -18,6 +18,13 @@ pending tokens (on the session row), and per key the counting referrers the
 budget evicted (``evicted_refs``), so a definer's support *in the prompt* is
 ``support - evicted_refs``. Rows are reached through the maintainer's
 identity map and its `Rows`; this module does no I/O itself.
+
+Evictions walk the prompt oldest first. So that a walk does not read again
+what earlier walks passed, the session keeps a cursor where the last walk
+stopped: below it, the messages still in the prompt are only those a walk
+passed without evicting (pinned, needed) or that came back since, and each
+is stored *held* (``held_below``), a small partial index. A message written
+is held exactly when it is in the prompt below the cursor.
 """
 
 from __future__ import annotations
@@ -34,22 +41,30 @@ if TYPE_CHECKING:
 
 __all__ = ["PromptCounters", "PromptKeeper"]
 
-_PAGE = 64  # stored prompt messages read at a time when looking for the oldest evictable one
+_FIRST_PAGE, _PAGE = 8, 64  # stored prompt messages read at a time when looking for the oldest evictable one
 
 
 @dataclass
 class PromptCounters:
-    """A session's prompt totals, as stored on its row: tokens in the prompt, pending tokens, events so far."""
+    """A session's prompt totals, as stored on its row: tokens in the prompt, pending tokens, events so far.
+
+    And where the last eviction walk stopped (`cursor`): bookkeeping, not part of the prompt's `values`.
+    """
 
     tokens: int = 0
     pending: int = 0
     events: int = 0
+    cursor: int = 0
 
     def values(self) -> tuple[int, int, int]:
         return self.tokens, self.pending, self.events
 
     def copy(self) -> PromptCounters:
-        return PromptCounters(self.tokens, self.pending, self.events)
+        return PromptCounters(self.tokens, self.pending, self.events, self.cursor)
+
+    def held_below(self, state: MsgState) -> bool:
+        """Whether the message is stored held: in the prompt, below the cursor."""
+        return state.seq < self.cursor and state.in_prompt
 
 
 # What a change is measured against: (in the prompt, live by the passes, counting, evicted).
@@ -154,16 +169,16 @@ class PromptKeeper:
 
     def _in_prompt_in_order(self) -> Iterator[MsgState]:
         """Live messages in the prompt, oldest first: the stored ones merged with those changed in memory."""
-        adopt, rows = self.maintainer.adopt, self.maintainer.rows
+        adopt, rows, cursor = self.maintainer.adopt, self.maintainer.rows, self.counters.cursor
 
         def stored() -> Iterator[MsgState]:
-            after = 0
+            after, size = 0, _FIRST_PAGE
             while True:
-                page = rows.in_prompt_after(after, _PAGE)
+                page = rows.in_prompt_after(after, size, cursor)
                 yield from map(adopt, page)
-                if len(page) < _PAGE:
+                if len(page) < size:
                     return
-                after = page[-1].seq
+                after, size = page[-1].seq, _PAGE
 
         changed = sorted(self._shown.values(), key=lambda s: s.seq)
         last = 0
@@ -184,27 +199,37 @@ class PromptKeeper:
         """Evict the oldest evictable messages until the prompt holds at most `target` tokens.
 
         Evicting a referrer can free an older definer, which is then looked at
-        again before anything newer (`_freed`).
+        again before anything newer (`_freed`). The cursor moves to where the
+        walk stopped; what it passed and left in the prompt is written held.
         """
         pinned, turn, messages = self.policy.pinned_roles, self.maintainer.current_turn, self.maintainer.messages
+        counters, passed_from = self.counters, self.counters.cursor
         self._freed.clear()
         stream = self._in_prompt_in_order()
         upcoming = next(stream, None)
         again: list[int] = []
-        while self.counters.tokens > target:
+        stop = None
+        while counters.tokens > target:
             if again and (upcoming is None or again[0] < upcoming.seq):
                 (state,) = messages([heapq.heappop(again)])
             elif upcoming is not None:
                 state, upcoming = upcoming, next(stream, None)
             else:
-                return
+                break
             if not (state.visible and state.live):
                 continue
             if state.turn >= turn:
-                return  # this and everything after it belong to the current turn
+                stop = state.seq  # this and everything after it belong to the current turn
+                break
             if state.role in pinned or self._needed(state):
+                if state.seq >= passed_from:  # newly below the cursor: written held, and walked again from memory
+                    state.dirty = True
+                    self._shown[state.seq] = state
                 continue
             self._set(state, visible=False, evicted=True)
             for seq in self._freed:
                 heapq.heappush(again, seq)
             self._freed.clear()
+        if stop is None:
+            stop = upcoming.seq if upcoming is not None else self.maintainer.last_seq + 1
+        counters.cursor = max(counters.cursor, stop)

@@ -28,7 +28,7 @@ from .model import (
     supports,
 )
 from .results import Explanation, Mismatch, Stats, VerdictStats, VerifyReport
-from .storage import FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
+from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
 __all__ = ["explain", "stats", "verify", "verify_sessions"]
 
@@ -54,10 +54,6 @@ _STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM 
 _STATS_ONE = Statement(
     "SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages WHERE session_id = :sid "
     "GROUP BY verdict"
-)
-_AUDIT = Statement(
-    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs FROM prunestore_messages "
-    "WHERE session_id = :sid ORDER BY seq"
 )
 _KEY_ROWS = Statement(
     "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid"
@@ -160,13 +156,13 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
 
 def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[int, list[Mismatch]]:
     """Rerun `prune` over one session's stored messages: how many were checked, and every difference."""
-    rows = driver.all(_AUDIT, {"sid": row.session_id})
+    rows = driver.all(AUDIT, {"sid": row.session_id})
     stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq, *row.prompt.values()),
+        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor),
         stored,
-        [(bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2]) for r in rows],
+        [(bytes(r[MESSAGE_WIDTH]), *r[MESSAGE_WIDTH + 1 : MESSAGE_WIDTH + 4]) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
         policy,

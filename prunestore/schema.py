@@ -42,6 +42,8 @@ SESSIONS = sa.Table(
     sa.Column("prompt_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("pending_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("events", sa.BigInteger, nullable=False, server_default="0"),
+    # Where the last eviction walk stopped: below it the prompt holds only held messages.
+    sa.Column("prompt_cursor", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 MESSAGES = sa.Table(
@@ -69,6 +71,8 @@ MESSAGES = sa.Table(
     # The verdict of passes 1-2 alone, and the final verdict after restoration (under a budget: evicted, pending).
     sa.Column("base", sa.String(16), nullable=False),
     sa.Column("verdict", sa.String(16), nullable=False),
+    # 1 for a message in the prompt below its session's prompt_cursor (see `prunestore.prompt`).
+    sa.Column("held", sa.SmallInteger, nullable=False, server_default="0"),
     # On the first message of each append: the undo journal entry of that append
     # (`prunestore.undo`); NULL elsewhere, and where history predates the journal.
     sa.Column("undo", sa.Text),
@@ -78,9 +82,9 @@ MESSAGES = sa.Table(
     _partial_index(
         "prunestore_messages_expiry", ["session_id", "expires_after_turn"], "expires_after_turn IS NOT NULL"
     ),
-    # The messages waiting for a removal event. (With a budget, the store adds one of the
-    # messages in the prompt, prunestore_messages_in_prompt, when it records the policy.)
+    # The messages waiting for a removal event, and the prompt's messages below the cursor.
     _partial_index("prunestore_messages_pending", ["session_id", "seq"], "verdict = 'pending'"),
+    _partial_index("prunestore_messages_held", ["session_id", "seq"], "held = 1"),
 )
 
 HASH_HOLDERS = sa.Table(

@@ -20,6 +20,7 @@ from .model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
 from .prompt import PromptCounters
 
 __all__ = [
+    "AUDIT",
     "FULL_COLUMNS",
     "MESSAGE_WIDTH",
     "VERDICT_COLUMN",
@@ -65,15 +66,15 @@ MESSAGE_WIDTH = 10  # columns in FULL_COLUMNS; derived columns selected after th
 VERDICT_COLUMN = 8
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
-    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, undo"
+    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, held, undo"
 )
 
 
 # The session row holds the current turn and last seq: on PostgreSQL a writer that
 # waited for the row lock re-reads the locked row's newest version, while a
 # subquery in the same statement would still see the snapshot from before the wait.
-_SESSION_COLUMNS = "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events"
-_SESSION_WIDTH = 7
+_SESSION_COLUMNS = "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor"
+_SESSION_WIDTH = 8
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name FOR UPDATE")
 _WITH_IDS = (
@@ -104,7 +105,8 @@ _INSERT_SESSION = Statement(
 )
 _UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
-    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events WHERE session_id = :sid"
+    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor "
+    "WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -127,11 +129,22 @@ LIVE_BY_SEQ = Statement(
     f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs AND {IN_PROMPT}"
 )
 ALL_MESSAGES = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+# Every message with its derived columns (content hash, effective keys, held), for verify and rebuild.
+AUDIT = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held FROM prunestore_messages "
+    "WHERE session_id = :sid ORDER BY seq"
+)
 ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
-IN_PROMPT_AFTER = Statement(
-    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} AND seq > :after "
-    "ORDER BY seq LIMIT :limit"
+# The prompt's live messages in order: below the session's cursor the held ones (a partial
+# index), from it on every row (the primary key), which walks pass once.
+HELD_AFTER = Statement(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND held = 1 AND seq > :after "
+    "AND seq < :cursor ORDER BY seq LIMIT :limit"
+)
+LIVE_AFTER = Statement(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq > :after "
+    "AND verdict IN ('kept', 'restored') ORDER BY seq LIMIT :limit"
 )
 FIRST_HOLDER_AFTER = Statement(
     "SELECT seq FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash "
@@ -143,7 +156,8 @@ INSERT_MESSAGE = Statement(
     + ")"
 )
 UPDATE_VERDICT = Statement(
-    "UPDATE prunestore_messages SET base = :base, verdict = :verdict WHERE session_id = :sid AND seq = :seq"
+    "UPDATE prunestore_messages SET base = :base, verdict = :verdict, held = :held "
+    "WHERE session_id = :sid AND seq = :seq"
 )
 UPSERT_KEY = Statement(
     "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs, evicted_refs) "
@@ -267,12 +281,13 @@ class SessionRow:
         prompt_tokens: int = 0,
         pending_tokens: int = 0,
         events: int = 0,
+        prompt_cursor: int = 0,
     ) -> None:
         self.session_id = session_id
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
-        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events)
+        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events, prompt_cursor)
 
 
 def new_stamp() -> int:
@@ -305,6 +320,7 @@ def update_session(
         "prompt_tokens": prompt.tokens,
         "pending_tokens": prompt.pending,
         "events": prompt.events,
+        "cursor": prompt.cursor,
     }
     driver.run(_UPDATE_SESSION, params)
     session.current_turn, session.last_seq, session.stamp, session.prompt = current_turn, last_seq, stamp, prompt
@@ -413,11 +429,15 @@ class SessionRows:
     def pending(self) -> list[MsgState]:
         return [_state(row) for row in self.driver.all(PENDING_ROWS, {"sid": self.sid})]
 
-    def in_prompt_after(self, after_seq: int, limit: int) -> list[MsgState]:
-        rows = self.driver.all(IN_PROMPT_AFTER, {"sid": self.sid, "after": after_seq, "limit": limit})
+    def in_prompt_after(self, after_seq: int, limit: int, cursor: int) -> list[MsgState]:
+        params = {"sid": self.sid, "after": after_seq, "limit": limit, "cursor": cursor}
+        rows = self.driver.all(HELD_AFTER, params) if after_seq + 1 < cursor else []
+        if len(rows) < limit:
+            params.update(after=max(after_seq, cursor - 1), limit=limit - len(rows))
+            rows += self.driver.all(LIVE_AFTER, params)
         return [_state(row) for row in rows]
 
-    def message_row(self, state: MsgState, journal: str | None = None) -> tuple:
+    def message_row(self, state: MsgState, held: bool, journal: str | None = None) -> tuple:
         """The values of `INSERT_MESSAGE`, in its column order."""
         m = state.message
         assert m is not None
@@ -441,6 +461,7 @@ class SessionRows:
             join_keys(state.refs),
             state.base,
             state.verdict,
+            int(held),
             journal,
         )
 
@@ -469,12 +490,17 @@ class SessionRows:
         self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal=None, prompt=None
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
+        held = (prompt or PromptCounters()).held_below
         if new:
             row = self.message_row
-            run_many(INSERT_MESSAGE, [row(new[0], journal)] + [row(s) for s in new[1:]])
+            run_many(INSERT_MESSAGE, [row(new[0], held(new[0]), journal)] + [row(s, held(s)) for s in new[1:]])
         if changed:
             run_many(
-                UPDATE_VERDICT, [{"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict} for s in changed]
+                UPDATE_VERDICT,
+                [
+                    {"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict, "held": int(held(s))}
+                    for s in changed
+                ],
             )
         if keys:
             run_many(

@@ -40,7 +40,6 @@ from .model import (
 from .results import Delta, Explanation, Stats, VerifyReport
 from .storage import (
     ALL_MESSAGES,
-    IN_PROMPT,
     MESSAGES_BY_ID,
     SessionRow,
     SessionState,
@@ -63,13 +62,6 @@ _ATTEMPTS = 3
 
 _SESSION_NAMES = Statement("SELECT name FROM prunestore_sessions ORDER BY name")
 _GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
-# Under a budget, events walk the prompt oldest first: an index of the messages in it serves them.
-# It exists only while the policy has a budget or `clear_at_least`, since every append pays for it.
-_CREATE_PROMPT_INDEX = Statement(
-    f"CREATE INDEX IF NOT EXISTS prunestore_messages_in_prompt ON prunestore_messages (session_id, seq) "
-    f"WHERE {IN_PROMPT}"
-)
-_DROP_PROMPT_INDEX = Statement("DROP INDEX IF EXISTS prunestore_messages_in_prompt")
 _PUT_SETTING = Statement(
     "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
     "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
@@ -402,4 +394,3 @@ def _recorded_policy(engine: Engine, policy: Policy | None) -> Policy:
 
 def _record_policy(driver: Driver, policy: Policy) -> None:
     driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
-    driver.run(_CREATE_PROMPT_INDEX if policy.gathers else _DROP_PROMPT_INDEX, {})

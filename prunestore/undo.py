@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from .driver import Driver, Statement
 from .incremental import KeyState, MsgState
+from .model import LIVE_VERDICTS
 from .prompt import PromptCounters
 from .storage import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
@@ -46,8 +47,9 @@ def journal_entry(
     Messages are ``[seq, base, verdict]``, keys ``[key, definer, support,
     kept_refs, evicted_refs]`` (or ``[key]`` for a key the append created),
     holders ``[content hash as hex, seq]``, the prompt totals ``[tokens,
-    pending, events]`` (left out when all are 0; entries written before the
-    totals existed have four parts and a key's evicted_refs is then 0).
+    pending, events, cursor]`` (left out when all are 0; entries written
+    before the totals existed have four parts and a key's evicted_refs is
+    then 0; before the cursor, three totals, and the cursor is then 0).
     """
     messages = []
     for state in changed:
@@ -56,8 +58,8 @@ def journal_entry(
     key_rows = [[ks.key, *ks.original] if ks.original is not None else [ks.key] for ks in keys]
     holders = [[content_hash.hex(), seq] for content_hash, seq in holders_removed]
     entry: list = [turn_before, messages, key_rows, holders]
-    if prompt_before is not None and prompt_before.values() != (0, 0, 0):
-        entry.append(list(prompt_before.values()))
+    if prompt_before is not None and prompt_before != PromptCounters():
+        entry.append([*prompt_before.values(), prompt_before.cursor])
     return json.dumps(entry, separators=(",", ":"))
 
 
@@ -99,7 +101,11 @@ def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
 
 def apply_undo(driver: Driver, sid: int, undo: Undo) -> None:
     """Write the folded values back. Rows of messages from `since` on (and their journal) are the caller's to delete."""
-    verdicts = [{"sid": sid, "seq": seq, "base": b, "verdict": v} for seq, (b, v) in undo.verdicts.items()]
+    cursor = undo.prompt.cursor if undo.prompt else 0
+    verdicts = [
+        {"sid": sid, "seq": seq, "base": b, "verdict": v, "held": int(seq < cursor and v in LIVE_VERDICTS)}
+        for seq, (b, v) in undo.verdicts.items()
+    ]
     driver.run_many(UPDATE_VERDICT, verdicts)
     driver.run_many(DELETE_KEY, [{"sid": sid, "key": key} for key, old in undo.keys.items() if old is None])
     kept = [

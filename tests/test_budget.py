@@ -53,6 +53,7 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
     session = f"b{next(_names)}"
     appended: list[Message] = []
     before: list = []
+    evicted: set[str] = set()
     events = 0
     for message in ms:
         delta = store.append(session, message)
@@ -76,7 +77,11 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
             assert ids[: len(before)] == [m.id for m in before], "between events the prompt only grows at its end"
             assert not delta.live_removed
         if delta.events:
+            # What the event took out: from the previous prompt, and what joined in this step and was evicted.
+            newly_evicted = [m for m in stored if m.verdict == "evicted" and m.id not in evicted]
+            shown_before = {m.id for m in before}
             removed = sum(m.tokens for m in before if m.id in set(delta.live_removed))
+            removed += sum(m.tokens for m in newly_evicted if m.id not in shown_before)
             assert stats.pending_tokens == 0
             if removed < policy.clear_at_least:
                 # The budget forced it and nothing more could go: pinned, current turn, or needed.
@@ -91,6 +96,7 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
             if m.verdict == "kept" or (policy.transitive and m.verdict == "restored"):
                 assert {definer[k] for k in effective_refs(m) if k in definer} <= shown
         before = prompt
+        evicted = {m.id for m in stored if m.verdict == "evicted"}
     assert store.verify(session).ok
 
 

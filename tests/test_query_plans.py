@@ -112,13 +112,16 @@ def test_events_under_a_budget_use_indexes(open_store, recorded):
                 M(f"t{turn}", "tool_output", f"result {turn % 5} of the query", turn, tool_key=f"tool{turn % 3}"),
             ],
         )
-    walks = [text for text in recorded if "seq > :after" in text]
-    assert walks and any("verdict = 'pending'" in text for text in recorded)
+    held = [text for text in recorded if "held = 1" in text]
+    from_cursor = [text for text in recorded if "seq > :after" in text and "held" not in text]
+    assert held and from_cursor and any("verdict = 'pending'" in text for text in recorded)
     assert_plans_use_indexes(store, recorded, at_least=8)
     assert store.stats("s").events > 3 and any(m.verdict == "evicted" for m in store.messages("s"))
     if store.engine.dialect.name == "sqlite":
-        with db.transaction(store.engine, "explain") as driver:
-            statement, params = recorded[walks[0]]
-            sql, params = statement.render(driver.pyformat, params)
-            plan = " ".join(str(row[-1]) for row in driver.raw.execute("EXPLAIN QUERY PLAN " + sql, params))
-        assert "prunestore_messages_in_prompt" in plan, plan
+        # Below the cursor the walk reads the held messages' index; from it on, the primary key.
+        for text, index in ((held[0], "prunestore_messages_held"), (from_cursor[0], "sqlite_autoindex")):
+            with db.transaction(store.engine, "explain") as driver:
+                statement, params = recorded[text]
+                sql, params = statement.render(driver.pyformat, params)
+                plan = " ".join(str(row[-1]) for row in driver.raw.execute("EXPLAIN QUERY PLAN " + sql, params))
+            assert index in plan, plan

@@ -392,3 +392,26 @@ def test_size_limits_are_clear_errors_and_write_nothing(open_store):
     with pytest.raises(InvalidMessageError, match="metadata=.*over the limit of 100"):
         store.append("s", M("c", "user", "x", 0, metadata={"k": "v" * 100}))
     assert row_counts(store) == before
+
+
+def test_verify_finds_a_prompt_message_below_the_cursor_not_held(open_store):
+    """Under a budget, eviction resumes at the session's cursor: what stays in the prompt below it must be held."""
+    store = open_store(Policy(budget=20, clear_at_least=5))
+    store.append("s", M("sys", "system", "You are terse.", 0))
+    for turn in range(1, 30):
+        store.append("s", [M(f"u{turn}", "user", f"question {turn}", turn), M(f"a{turn}", "assistant", "ok", turn)])
+    assert store.stats("s").events > 0 and store.verify().ok
+    with store.engine.begin() as conn:
+        sid = conn.execute(sa.text("SELECT session_id FROM prunestore_sessions WHERE name = 's'")).scalar()
+        cursor = conn.execute(
+            sa.text("SELECT prompt_cursor FROM prunestore_sessions WHERE session_id = :sid"), {"sid": sid}
+        )
+        assert cursor.scalar() > 1  # the walks passed the pinned system message
+        cleared = conn.execute(sa.text(_MESSAGE.format("held = 0", "sys")), {"sid": sid})
+        assert cleared.rowcount == 1
+    report = store.verify()
+    assert [(m.what, m.subject) for m in report.mismatches] == [("held", "sys")]
+    store.rebuild("s")
+    assert store.verify().ok
+    store.append("s", [M("u99", "user", "one more", 99), M("a99", "assistant", "ok", 99)])
+    assert store.live("s")[0].id == "sys" and store.verify().ok
