@@ -1,6 +1,6 @@
 """How long `live()` takes for a session with 7,500 live messages out of 10,000.
 
-Target (issue 3): at most 20 ms on SQLite (a file in WAL mode). Alternated in
+On SQLite (a file in WAL mode), and PostgreSQL when given. Alternated in
 one loop, so that all see the same machine, it times 25 of each:
 
 * cold: a store without the live cache (``live_cache_bytes=0``), which reads

@@ -11,7 +11,7 @@ the largest size's journal p50 to the smallest's.
     python bench/truncate_cost.py [--sizes 1000,10000,100000] [--samples 30]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
 
-Target (issue 5): the journal path does not grow with the session's length.
+The journal path should not grow with the session's length.
 """
 
 from __future__ import annotations

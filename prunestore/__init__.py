@@ -9,6 +9,7 @@ from .aio import AsyncPruneStore
 from .errors import (
     DatabaseError,
     DuplicateMessageError,
+    InvalidArgumentError,
     InvalidMessageError,
     InvalidPolicyError,
     InvalidRevisionError,
@@ -22,7 +23,7 @@ from .errors import (
 from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
 from .prune import PruneResult, prune
-from .results import Delta, Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .results import Delta, Explanation, GcReport, Mismatch, Stats, VerdictStats, VerifyReport
 from .store import PruneStore
 from .text import count_tokens, normalize
 
@@ -49,10 +50,12 @@ __all__ = [
     "Mismatch",
     "Stats",
     "VerdictStats",
+    "GcReport",
     "VerifyReport",
     "PruneStoreError",
     "InvalidMessageError",
     "InvalidPolicyError",
+    "InvalidArgumentError",
     "DuplicateMessageError",
     "TurnOrderError",
     "SessionNotFoundError",

@@ -23,6 +23,7 @@ import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 from typing import Any
 
 from . import db
@@ -30,7 +31,7 @@ from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Op
 from .formats import Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
-from .results import Delta, Explanation, Stats, VerifyReport
+from .results import Delta, Explanation, GcReport, Stats, VerifyReport
 from .storage import SessionState
 from .store import PruneStore
 from .text import count_tokens
@@ -207,8 +208,18 @@ class AsyncPruneStore:
     async def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
         return await self._call(PruneStore.render, session, format, dropped=dropped)
 
-    async def sessions(self) -> list[str]:
-        return await self._call(PruneStore.sessions)
+    async def sessions(
+        self,
+        prefix: str | None = None,
+        *,
+        idle_for: timedelta | float | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[str]:
+        return await self._call(PruneStore.sessions, prefix, idle_for=idle_for, limit=limit, after=after)
+
+    async def gc(self, idle_for: timedelta | float, *, dry_run: bool = False, batch_size: int = 100) -> GcReport:
+        return await self._call(PruneStore.gc, idle_for, dry_run=dry_run, batch_size=batch_size)
 
     async def explain(self, session: str, message_id: str) -> Explanation:
         return await self._call(PruneStore.explain, session, message_id)

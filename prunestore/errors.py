@@ -15,6 +15,7 @@ __all__ = [
     "PruneStoreError",
     "InvalidMessageError",
     "InvalidPolicyError",
+    "InvalidArgumentError",
     "DuplicateMessageError",
     "TurnOrderError",
     "SessionNotFoundError",
@@ -37,6 +38,10 @@ class InvalidMessageError(PruneStoreError, ValueError):
 
 class InvalidPolicyError(PruneStoreError, ValueError):
     """A `Policy` field has a bad type or value."""
+
+
+class InvalidArgumentError(PruneStoreError, ValueError):
+    """An argument of a call (other than a message, a session name or a policy) has a bad type or value."""
 
 
 class _MessageError(PruneStoreError):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Delta", "Explanation", "Mismatch", "VerifyReport", "VerdictStats", "Stats"]
+__all__ = ["Delta", "Explanation", "Mismatch", "VerifyReport", "VerdictStats", "Stats", "GcReport"]
 
 
 @dataclass(frozen=True)
@@ -151,3 +151,12 @@ class Stats:
     def reduction(self) -> float:
         """Fraction of tokens pruned away."""
         return 1 - self.live_tokens / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True)
+class GcReport:
+    """What `PruneStore.gc` removed (or, with ``dry_run``, would remove): the sessions by name, and their messages."""
+
+    sessions: tuple[str, ...]
+    messages: int
+    dry_run: bool = False

@@ -44,6 +44,9 @@ SESSIONS = sa.Table(
     sa.Column("events", sa.BigInteger, nullable=False, server_default="0"),
     # Where the last eviction walk stopped: below it the prompt holds only held messages.
     sa.Column("prompt_cursor", sa.BigInteger, nullable=False, server_default="0"),
+    # Unix time (seconds) of the session's creation and of its last write.
+    sa.Column("created_at", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("updated_at", sa.BigInteger, nullable=False, server_default="0"),
 )
 
 MESSAGES = sa.Table(

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import re
 import secrets
+import time
 from collections.abc import Iterable
 
 from .driver import Driver, Statement
@@ -100,13 +101,13 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 _INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (name, current_turn, last_seq, stamp) VALUES (:name, 0, 0, :stamp) "
-    "ON CONFLICT (name) DO NOTHING"
+    "INSERT INTO prunestore_sessions (name, current_turn, last_seq, stamp, created_at, updated_at) "
+    "VALUES (:name, 0, 0, :stamp, :now, :now) ON CONFLICT (name) DO NOTHING"
 )
 _UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
-    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor "
-    "WHERE session_id = :sid"
+    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
+    "updated_at = :now WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -300,7 +301,7 @@ def new_stamp() -> int:
 
 
 def create_session(driver: Driver, name: str) -> None:
-    driver.run(_INSERT_SESSION, {"name": name, "stamp": new_stamp()})
+    driver.run(_INSERT_SESSION, {"name": name, "stamp": new_stamp(), "now": int(time.time())})
 
 
 def update_session(
@@ -321,6 +322,7 @@ def update_session(
         "pending_tokens": prompt.pending,
         "events": prompt.events,
         "cursor": prompt.cursor,
+        "now": int(time.time()),
     }
     driver.run(_UPDATE_SESSION, params)
     session.current_turn, session.last_seq, session.stamp, session.prompt = current_turn, last_seq, stamp, prompt

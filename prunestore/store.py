@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from datetime import timedelta
 from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from . import db, queries
+from . import catalog, db, queries
 from .appending import (
     DEFAULT_MAX_CONTENT_BYTES,
     DEFAULT_MAX_METADATA_BYTES,
@@ -37,7 +38,7 @@ from .model import (
     Policy,
     StoredMessage,
 )
-from .results import Delta, Explanation, Stats, VerifyReport
+from .results import Delta, Explanation, GcReport, Stats, VerifyReport
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
@@ -348,10 +349,50 @@ class PruneStore:
         """
         return render(self.messages(session), format, dropped)
 
-    def sessions(self) -> list[str]:
-        """Every session name, sorted."""
+    def sessions(
+        self,
+        prefix: str | None = None,
+        *,
+        idle_for: timedelta | float | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[str]:
+        """Session names in order: those starting with `prefix`, last written at least `idle_for` ago.
+
+        Pass `limit` for a page and the page's last name as `after` for the
+        next one; each page costs the same however deep it lies. `idle_for`
+        is a timedelta or seconds, to the second.
+        """
+        page = catalog.page_params(prefix, idle_for, limit, after)
         with db.transaction(self.engine, "list sessions") as driver:
-            return [name for (name,) in driver.all(_SESSION_NAMES, {})]
+            return catalog.list_names(driver, page)
+
+    def gc(self, idle_for: timedelta | float, *, dry_run: bool = False, batch_size: int = 100) -> GcReport:
+        """Delete every session last written at least `idle_for` ago, `batch_size` sessions a transaction.
+
+        A session written while this runs is kept. With `dry_run`, nothing is
+        deleted and the report says what would be.
+        """
+        page = catalog.page_params(None, idle_for, batch_size, None, limit_field="batch_size")
+        removed: list[str] = []
+        messages = 0
+        statement = (
+            catalog.IDLE_PAGE_PG if self.engine.dialect.name == "postgresql" and not dry_run else catalog.IDLE_PAGE
+        )
+        while True:
+            with db.transaction(self.engine, "remove idle sessions", write=not dry_run) as driver:
+                rows = driver.all(statement, page)
+                for name, session_id, last_seq in rows:
+                    if not dry_run:
+                        delete_rows(driver, session_id)
+                    removed.append(name)
+                    messages += last_seq
+            if not dry_run:
+                for name, _, _ in rows:
+                    self.live_cache.forget(name)
+            if not rows:
+                return GcReport(tuple(removed), messages, dry_run)
+            page["after"] = rows[-1][0]
 
     def explain(self, session: str, message_id: str) -> Explanation:
         """The verdict of one message and what caused it."""

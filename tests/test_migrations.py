@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import time
+
 import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from prunestore import Message, PruneStore, db
+from prunestore import Message, Policy, PruneStore, db
 from prunestore.schema import VERSION_TABLE, metadata
 
 
@@ -61,3 +63,34 @@ def test_a_store_lives_beside_an_application_with_its_own_alembic_table(store_ur
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT version_num FROM alembic_version")).scalar() == "app_rev_1"
     engine.dispose()
+
+
+def test_a_budgeted_store_survives_downgrade_and_upgrade_and_its_sessions_get_times(store_url):
+    policy = Policy(budget=12, clear_at_least=4)
+    with PruneStore(store_url, policy=policy) as store:
+        for turn in range(20):
+            store.append(
+                "s",
+                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
+            )
+        before = [(m.id, m.verdict) for m in store.messages("s")]
+        assert store.stats("s").events > 0
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0004")  # before the cursor and the session times
+        db.upgrade(engine)
+        with engine.connect() as conn:
+            created, updated, cursor = conn.execute(
+                sa.text("SELECT created_at, updated_at, prompt_cursor FROM prunestore_sessions")
+            ).one()
+    finally:
+        engine.dispose()
+    assert abs(created - time.time()) < 60 and created == updated and cursor == 0
+    with PruneStore(store_url, policy=policy) as store:
+        assert [(m.id, m.verdict) for m in store.messages("s")] == before and store.verify().ok
+        for turn in range(20, 30):
+            store.append(
+                "s",
+                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
+            )
+        assert store.verify().ok

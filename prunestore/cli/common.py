@@ -16,6 +16,8 @@ from ..model import StoredMessage
 from ..store import PruneStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}
+# A number of days for --idle-days: a century at most (a timedelta's range is far wider, but not infinite).
+DAYS = click.FloatRange(min=0, max=36500)
 
 
 def fail_cleanly(command: Callable) -> Callable:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import shlex
 import sys
 from dataclasses import asdict
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -12,7 +14,7 @@ from ..jsonl import to_json
 from ..model import StoredMessage
 from ..results import Stats
 from ..store import PruneStore
-from .common import command, echo_json, main, message_rows, open_store, printable, table
+from .common import DAYS, command, echo_json, main, message_rows, open_store, printable, table
 
 
 @command(main)
@@ -167,12 +169,21 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
 
 
 @command(main)
-def sessions(ctx: click.Context, as_json: bool) -> None:
-    """The session names."""
+@click.option("--prefix", help="Only names starting with this.")
+@click.option("--idle-days", type=DAYS, help="Only sessions last written at least this many days ago.")
+@click.option("--limit", type=click.IntRange(min=1), help="At most this many names (a page).")
+@click.option("--after", metavar="NAME", help="Names after this one (the previous page's last).")
+def sessions(
+    ctx: click.Context, prefix: str | None, idle_days: float | None, limit: int | None, after: str | None, as_json: bool
+) -> None:
+    """The session names, in order; paged with --limit and --after."""
+    idle_for = timedelta(days=idle_days) if idle_days is not None else None
     with open_store(ctx) as store:
-        names = store.sessions()
+        names = store.sessions(prefix, idle_for=idle_for, limit=limit, after=after)
     if as_json:
         echo_json(names)
     else:
         for name in names:
             click.echo(printable(name))
+    if limit is not None and len(names) == limit:
+        click.echo(f"next page: --after {shlex.quote(names[-1])}", err=True)

@@ -7,6 +7,7 @@ import sys
 import time
 import zlib
 from dataclasses import asdict, replace
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,7 @@ from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_lines
 from ..results import Delta
-from .common import command, confirm, echo_json, main, open_store, printable
+from .common import DAYS, command, confirm, echo_json, main, open_store, printable
 
 
 @command(main)
@@ -178,6 +179,29 @@ def delete(ctx: click.Context, session: str, yes: bool, as_json: bool) -> None:
         echo_json({"deleted": session})
     else:
         click.echo(f"deleted {printable(session)}")
+
+
+@command(main)
+@click.option("--idle-days", type=DAYS, required=True, help="Remove sessions last written at least this many days ago.")
+@click.option("--dry-run", is_flag=True, help="Only report what would be removed.")
+@click.option(
+    "--batch-size", type=click.IntRange(min=1), default=100, show_default=True, help="Sessions removed per transaction."
+)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def gc(ctx: click.Context, idle_days: float, dry_run: bool, batch_size: int, yes: bool, as_json: bool) -> None:
+    """Remove the sessions idle for --idle-days days, and report what went (asks first)."""
+    idle_for, idle = timedelta(days=idle_days), f"idle for {idle_days:g} days"
+    with open_store(ctx) as store:
+        if not dry_run and not yes:
+            found = store.gc(idle_for, dry_run=True, batch_size=batch_size)
+            if found.sessions:
+                confirm(f"Delete {len(found.sessions):,} sessions ({found.messages:,} messages) {idle}?", yes)
+        report = store.gc(idle_for, dry_run=dry_run, batch_size=batch_size)
+    if as_json:
+        echo_json({"sessions": list(report.sessions), "messages": report.messages, "dry_run": report.dry_run})
+    else:
+        verb = "would remove" if report.dry_run else "removed"
+        click.echo(f"{verb} {len(report.sessions):,} sessions, {report.messages:,} messages ({idle})")
 
 
 @command(main)
