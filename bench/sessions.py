@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from prunestore import Message, PruneStore
+from prunestore import Message, PruneStore, db
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -45,6 +45,8 @@ def percentile(values: list[float], p: float) -> float:
 def fill(store: PruneStore, prefix: str, count: int) -> list[str]:
     names = [f"{prefix}user-{i}" for i in range(count)]
     for start in range(0, count, 1000):
+        if start in (1000, 10_000) or start % 50_000 == 0:
+            db.analyze(store.engine)  # this machine's PostgreSQL runs without autovacuum: plans need statistics
         store.append_many(
             {
                 name: [Message("q", "user", f"question of {name}", 0), Message("a", "assistant", "an answer", 0)]
@@ -103,6 +105,7 @@ def measure(url: str, count: int) -> tuple:
         start = time.perf_counter()
         names = fill(store, "", count)
         print(f"  {count:,} sessions written in {time.perf_counter() - start:.1f} s", flush=True)
+        db.analyze(store.engine)
         pages = time_pages(store, "", names)
         idle, active = names[::10], names[1::10][:50]
         with store.engine.begin() as conn:

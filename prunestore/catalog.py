@@ -18,19 +18,35 @@ from .errors import InvalidArgumentError, shorten
 __all__ = ["page_params", "idle_cutoff", "list_names", "IDLE_PAGE", "IDLE_PAGE_PG"]
 
 _NO_LIMIT = 2**62
-_FOREVER = 2**62
 
-# One text for every combination: an empty prefix matches every name, an empty
-# `after` precedes every name (names are never empty), and the sentinels above
-# stand for "no limit" and "any last write". The prefix is compared as a
-# leading substring, not with LIKE: no escaping, and case-sensitive on both backends.
-_FILTER = "WHERE name > :after AND substr(name, 1, :prefix_length) = :prefix AND updated_at < :cutoff ORDER BY name"
-_NAMES = Statement(f"SELECT name FROM prunestore_sessions {_FILTER} LIMIT :limit")
+# The filters a page may have, each only when asked for: an always-true condition
+# would still cost PostgreSQL its estimate, and with it the index scan in name order.
+# The prefix is compared as a leading substring, not with LIKE: no escaping, and
+# case-sensitive on both backends.
+_PREFIX = " AND substr(name, 1, :prefix_length) = :prefix"
+_IDLE = " AND updated_at < :cutoff"
+
+
+def _statements(columns: str, suffix: str = "") -> dict[tuple[bool, bool], Statement]:
+    """One statement per (prefix given, idle_for given), in name order after `:after`."""
+    return {
+        (prefix, idle): Statement(
+            f"SELECT {columns} FROM prunestore_sessions WHERE name > :after"
+            + (_PREFIX if prefix else "")
+            + (_IDLE if idle else "")
+            + f" ORDER BY name LIMIT :limit{suffix}"
+        )
+        for prefix in (False, True)
+        for idle in (False, True)
+    }
+
+
+_NAMES = _statements("name")
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
-IDLE_PAGE = Statement(f"SELECT name, session_id, last_seq FROM prunestore_sessions {_FILTER} LIMIT :limit")
+IDLE_PAGE = _statements("name, session_id, last_seq")[False, True]
 # PostgreSQL locks the page's rows; a row another writer changed meanwhile is
 # checked again after the wait, and left out if it is no longer idle.
-IDLE_PAGE_PG = Statement(IDLE_PAGE.text + " FOR UPDATE")
+IDLE_PAGE_PG = _statements("name, session_id, last_seq", " FOR UPDATE")[False, True]
 
 
 def page_params(prefix: object, idle_for: object, limit: object, after: object, limit_field: str = "limit") -> dict:
@@ -41,14 +57,12 @@ def page_params(prefix: object, idle_for: object, limit: object, after: object, 
         raise InvalidArgumentError(f"after={shorten(after)}: must be a session name")
     if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
         raise InvalidArgumentError(f"{limit_field}={shorten(limit)}: must be a whole number, at least 1")
-    prefix = prefix or ""
-    return {
-        "after": after or "",
-        "prefix": prefix,
-        "prefix_length": len(prefix),
-        "cutoff": idle_cutoff(idle_for) if idle_for is not None else _FOREVER,
-        "limit": limit if limit is not None else _NO_LIMIT,
-    }
+    page: dict = {"after": after or "", "limit": limit if limit is not None else _NO_LIMIT}  # names are never empty
+    if prefix:
+        page.update(prefix=prefix, prefix_length=len(prefix))
+    if idle_for is not None:
+        page["cutoff"] = idle_cutoff(idle_for)
+    return page
 
 
 def idle_cutoff(idle_for: object) -> int:
@@ -61,4 +75,4 @@ def idle_cutoff(idle_for: object) -> int:
 
 
 def list_names(driver: Driver, page: dict) -> list[str]:
-    return [name for (name,) in driver.all(_NAMES, page)]
+    return [name for (name,) in driver.all(_NAMES["prefix" in page, "cutoff" in page], page)]
