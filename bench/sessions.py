@@ -42,8 +42,8 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def fill(store: PruneStore, prefix: str, count: int) -> list[str]:
-    names = [f"{prefix}user-{i}" for i in range(count)]
+def fill(store: PruneStore, count: int) -> list[str]:
+    names = [f"user-{i}" for i in range(count)]
     for start in range(0, count, 1000):
         if start in (1000, 10_000) or start % 50_000 == 0:
             db.analyze(store.engine)  # this machine's PostgreSQL runs without autovacuum: plans need statistics
@@ -56,12 +56,12 @@ def fill(store: PruneStore, prefix: str, count: int) -> list[str]:
     return names
 
 
-def time_pages(store: PruneStore, prefix: str, names: list[str], rounds: int = 50) -> dict[str, float]:
+def time_pages(store: PruneStore, names: list[str], rounds: int = 50) -> dict[str, float]:
     middle = store.sessions()[len(names) // 2]
     calls = {
-        "first page": lambda: store.sessions(prefix, limit=100),
-        "middle page": lambda: store.sessions(prefix, limit=100, after=middle),
-        "prefix page": lambda: store.sessions(f"{prefix}user-5", limit=100),
+        "first page": lambda: store.sessions(limit=100),
+        "middle page": lambda: store.sessions(limit=100, after=middle),
+        "prefix page": lambda: store.sessions("user-5", limit=100),
     }
     timings: dict[str, list[float]] = {label: [] for label in calls}
     for _ in range(rounds):
@@ -103,10 +103,10 @@ def measure(url: str, count: int) -> tuple:
     """Fill an empty store with `count` sessions, time pages, then gc a tenth of them under appends."""
     with PruneStore(url) as store:
         start = time.perf_counter()
-        names = fill(store, "", count)
+        names = fill(store, count)
         print(f"  {count:,} sessions written in {time.perf_counter() - start:.1f} s", flush=True)
         db.analyze(store.engine)
-        pages = time_pages(store, "", names)
+        pages = time_pages(store, names)
         idle, active = names[::10], names[1::10][:50]
         with store.engine.begin() as conn:
             conn.execute(

@@ -27,26 +27,22 @@ _PREFIX = " AND substr(name, 1, :prefix_length) = :prefix"
 _IDLE = " AND updated_at < :cutoff"
 
 
-def _statements(columns: str, suffix: str = "") -> dict[tuple[bool, bool], Statement]:
-    """One statement per (prefix given, idle_for given), in name order after `:after`."""
-    return {
-        (prefix, idle): Statement(
-            f"SELECT {columns} FROM prunestore_sessions WHERE name > :after"
-            + (_PREFIX if prefix else "")
-            + (_IDLE if idle else "")
-            + f" ORDER BY name LIMIT :limit{suffix}"
-        )
-        for prefix in (False, True)
-        for idle in (False, True)
-    }
+def _page(columns: str, prefix: bool, idle: bool, suffix: str = "") -> Statement:
+    """A page of sessions in name order after `:after`, with the filters asked for."""
+    return Statement(
+        f"SELECT {columns} FROM prunestore_sessions WHERE name > :after"
+        + (_PREFIX if prefix else "")
+        + (_IDLE if idle else "")
+        + f" ORDER BY name LIMIT :limit{suffix}"
+    )
 
 
-_NAMES = _statements("name")
+_NAMES = {(prefix, idle): _page("name", prefix, idle) for prefix in (False, True) for idle in (False, True)}
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
-IDLE_PAGE = _statements("name, session_id, last_seq")[False, True]
+IDLE_PAGE = _page("name, session_id, last_seq", prefix=False, idle=True)
 # PostgreSQL locks the page's rows; a row another writer changed meanwhile is
 # checked again after the wait, and left out if it is no longer idle.
-IDLE_PAGE_PG = _statements("name, session_id, last_seq", " FOR UPDATE")[False, True]
+IDLE_PAGE_PG = _page("name, session_id, last_seq", prefix=False, idle=True, suffix=" FOR UPDATE")
 
 
 def page_params(prefix: object, idle_for: object, limit: object, after: object, limit_field: str = "limit") -> dict:

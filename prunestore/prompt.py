@@ -62,9 +62,12 @@ class PromptCounters:
     def copy(self) -> PromptCounters:
         return PromptCounters(self.tokens, self.pending, self.events, self.cursor)
 
+    def holds(self, seq: int, in_prompt: bool) -> bool:
+        """Whether a message is stored held: in the prompt, below the cursor."""
+        return in_prompt and seq < self.cursor
+
     def held_below(self, state: MsgState) -> bool:
-        """Whether the message is stored held: in the prompt, below the cursor."""
-        return state.seq < self.cursor and state.in_prompt
+        return self.holds(state.seq, state.in_prompt)
 
 
 # What a change is measured against: (in the prompt, live by the passes, counting, evicted).
@@ -80,7 +83,8 @@ class PromptKeeper:
         self.counters = counters
         self._before: dict[int, tuple[MsgState, _Flags]] = {}
         self._pending: dict[int, MsgState] = {}  # pending messages changed in this transaction
-        self._shown: dict[int, MsgState] = {}  # live messages in the prompt changed in this transaction
+        # Live messages in the prompt changed (or passed by a walk) in this transaction, not yet stored as such.
+        self._shown: dict[int, MsgState] = {}
         self._freed: list[int] = []  # definers that just lost a counting referrer in the prompt
 
     # -- bookkeeping -------------------------------------------------------

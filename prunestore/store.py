@@ -61,7 +61,6 @@ __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 _RETRY_SQLSTATES = {"23505", "40001", "40P01"}
 _ATTEMPTS = 3
 
-_SESSION_NAMES = Statement("SELECT name FROM prunestore_sessions ORDER BY name")
 _GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
 _PUT_SETTING = Statement(
     "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
@@ -294,7 +293,7 @@ class PruneStore:
 
     def _names(self, driver: Driver, session: str | None) -> list[str]:
         if session is None:
-            return [name for (name,) in driver.all(_SESSION_NAMES, {})]
+            return catalog.list_names(driver, catalog.page_params(None, None, None, None))
         self._session(driver, session)
         return [session]
 

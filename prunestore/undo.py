@@ -101,9 +101,9 @@ def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
 
 def apply_undo(driver: Driver, sid: int, undo: Undo) -> None:
     """Write the folded values back. Rows of messages from `since` on (and their journal) are the caller's to delete."""
-    cursor = undo.prompt.cursor if undo.prompt else 0
+    holds = (undo.prompt or PromptCounters()).holds
     verdicts = [
-        {"sid": sid, "seq": seq, "base": b, "verdict": v, "held": int(seq < cursor and v in LIVE_VERDICTS)}
+        {"sid": sid, "seq": seq, "base": b, "verdict": v, "held": int(holds(seq, v in LIVE_VERDICTS))}
         for seq, (b, v) in undo.verdicts.items()
     ]
     driver.run_many(UPDATE_VERDICT, verdicts)
