@@ -17,6 +17,7 @@ from .errors import (
     PolicyMismatchError,
     PruneStoreError,
     SessionExistsError,
+    SessionIdCollisionError,
     SessionNotFoundError,
     TurnOrderError,
 )
@@ -61,6 +62,7 @@ __all__ = [
     "SessionNotFoundError",
     "MessageNotFoundError",
     "SessionExistsError",
+    "SessionIdCollisionError",
     "PolicyMismatchError",
     "InvalidRevisionError",
     "DatabaseError",

@@ -15,7 +15,7 @@ from datetime import timedelta
 from .driver import Driver, Statement
 from .errors import InvalidArgumentError, shorten
 
-__all__ = ["page_params", "idle_cutoff", "list_names", "IDLE_PAGE", "IDLE_PAGE_PG"]
+__all__ = ["page_params", "idle_cutoff", "list_names", "IDLE_PAGE", "STILL_IDLE_PG"]
 
 _NO_LIMIT = 2**62
 
@@ -27,22 +27,25 @@ _PREFIX = " AND substr(name, 1, :prefix_length) = :prefix"
 _IDLE = " AND updated_at < :cutoff"
 
 
-def _page(columns: str, prefix: bool, idle: bool, suffix: str = "") -> Statement:
+def _page(columns: str, prefix: bool, idle: bool) -> Statement:
     """A page of sessions in name order after `:after`, with the filters asked for."""
     return Statement(
         f"SELECT {columns} FROM prunestore_sessions WHERE name > :after"
         + (_PREFIX if prefix else "")
         + (_IDLE if idle else "")
-        + f" ORDER BY name LIMIT :limit{suffix}"
+        + " ORDER BY name LIMIT :limit"
     )
 
 
 _NAMES = {(prefix, idle): _page("name", prefix, idle) for prefix in (False, True) for idle in (False, True)}
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
 IDLE_PAGE = _page("name, session_id, last_seq", prefix=False, idle=True)
-# PostgreSQL locks the page's rows; a row another writer changed meanwhile is
+# PostgreSQL then locks each session's row by its id (so the statement runs on one
+# shard of a distributed database); a row another writer changed meanwhile is
 # checked again after the wait, and left out if it is no longer idle.
-IDLE_PAGE_PG = _page("name, session_id, last_seq", prefix=False, idle=True, suffix=" FOR UPDATE")
+STILL_IDLE_PG = Statement(
+    "SELECT last_seq FROM prunestore_sessions WHERE session_id = :sid AND updated_at < :cutoff FOR UPDATE"
+)
 
 
 def page_params(prefix: object, idle_for: object, limit: object, after: object, limit_field: str = "limit") -> dict:

@@ -28,7 +28,7 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .driver import Driver
-from .errors import InvalidRevisionError, PruneStoreError, shorten, wrap_database_errors
+from .errors import DatabaseError, InvalidRevisionError, PruneStoreError, shorten, wrap_database_errors
 from .schema import VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -43,6 +43,8 @@ __all__ = [
     "transaction",
     "upgrade",
     "downgrade",
+    "lock_schema",
+    "analyze_tables",
     "current_revision",
     "head_revision",
 ]
@@ -269,12 +271,19 @@ def revisions() -> list[str]:
 def _migrate(engine: Engine, action: str, revision: str, run) -> None:
     try:
         with connection(engine, action, write=True) as conn:
-            if conn.dialect.name == "postgresql":
-                conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
+            lock_schema(conn)
             run(conn)
     except (CommandError, RevisionError) as exc:
         known = ", ".join(["base", *revisions(), "head"])
         raise InvalidRevisionError(f"revision={shorten(revision)}: {exc} (known: {known})") from None
+    except RuntimeError as exc:  # a migration that cannot go on says why; its transaction is rolled back
+        raise DatabaseError(f"{action} failed: {exc}") from exc
+
+
+def lock_schema(conn: Connection) -> None:
+    """On PostgreSQL, wait until no other process changes the schema, and keep others out until commit."""
+    if conn.dialect.name == "postgresql":
+        conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _MIGRATION_LOCK})
 
 
 def upgrade(engine: Engine, revision: str = "head") -> None:
@@ -284,7 +293,7 @@ def upgrade(engine: Engine, revision: str = "head") -> None:
         if revision == "head" and current_revision(conn) == head_revision():
             return
         command.upgrade(_alembic_config(conn), revision)
-        _analyze(conn)  # fresh tables have no statistics; without them the planner may scan
+        analyze_tables(conn)  # fresh tables have no statistics; without them the planner may scan
 
     _migrate(engine, f"upgrade to {revision}", revision, run)
 
@@ -300,12 +309,19 @@ def analyze(engine: Engine) -> None:
     or where it is off, call this (``prunestore db analyze``).
     """
     with connection(engine, "analyze the tables", write=True) as conn:
-        _analyze(conn)
+        analyze_tables(conn)
 
 
-def _analyze(conn: Connection) -> None:
+_TABLES = sa.text(
+    "SELECT relname FROM pg_class WHERE relnamespace = current_schema()::regnamespace "
+    "AND relkind IN ('r', 'p') AND NOT relispartition AND starts_with(relname, 'prunestore_')"
+)
+
+
+def analyze_tables(conn: Connection) -> None:
+    """ANALYZE the prunestore tables on PostgreSQL (a partitioned table with its partitions)."""
     if conn.dialect.name == "postgresql":
-        tables = [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore_")]
+        tables = conn.execute(_TABLES).scalars().all()
         if tables:
             conn.exec_driver_sql("ANALYZE " + ", ".join(tables))
 

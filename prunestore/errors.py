@@ -23,6 +23,7 @@ __all__ = [
     "SessionExistsError",
     "PolicyMismatchError",
     "InvalidRevisionError",
+    "SessionIdCollisionError",
     "DatabaseError",
     "shorten",
 ]
@@ -77,6 +78,19 @@ class MessageNotFoundError(PruneStoreError, KeyError):
 
 class SessionExistsError(PruneStoreError):
     """A fork named a new session that the store already holds."""
+
+
+class SessionIdCollisionError(PruneStoreError):
+    """A session name whose id (`prunestore.sessionids`) is already another stored session's.
+
+    `session` is the name asked for and `holder` the stored session's name;
+    nothing was written. Another name for the new session is the way out.
+    """
+
+    def __init__(self, text: str, *, session: str, holder: str) -> None:
+        super().__init__(text)
+        self.session = session
+        self.holder = holder
 
 
 class PolicyMismatchError(PruneStoreError):

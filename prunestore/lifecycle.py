@@ -163,9 +163,7 @@ def fork_into(driver: Driver, row: SessionRow, at: int, new: str, policy: Policy
     """Create session `new` holding the messages of the locked session up to seq `at`, its state a batch over them."""
     if find_session(driver, new) is not None:
         raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
-    create_session(driver, new)
-    new_row = lock_session(driver, new)
-    assert new_row is not None
+    new_row = create_session(driver, new)
     copy_prefix(driver, row, new_row, at)
     rebuild_session(driver, new_row, policy)
 

@@ -3,7 +3,9 @@
 Migrations under ``migrations/`` are the source of truth for what a database
 holds; this metadata mirrors the newest revision, and a test checks that the
 two agree. Every primary key and index of per-session data begins with
-``session_id``, so the tables can be distributed or partitioned by session.
+``session_id``, so the tables can be distributed or partitioned by session:
+the id is computed from the name (`prunestore.sessionids`), and no unique
+index spans sessions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ __all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HO
 VERSION_TABLE = "prunestore_alembic_version"
 
 metadata = sa.MetaData()
+
+
+# 64-bit session ids; on SQLite an INTEGER primary key is the rowid itself (64 bits too).
+SESSION_ID = sa.BigInteger().with_variant(sa.Integer(), "sqlite")
 
 
 def _partial_index(name: str, columns: list[str], where: str) -> sa.Index:
@@ -32,8 +38,8 @@ SETTINGS = sa.Table(
 SESSIONS = sa.Table(
     "prunestore_sessions",
     metadata,
-    sa.Column("session_id", sa.Integer, primary_key=True, autoincrement=True),
-    sa.Column("name", sa.Text, nullable=False, unique=True),
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
+    sa.Column("name", sa.Text, nullable=False),
     sa.Column("current_turn", sa.BigInteger, nullable=False),
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     # A new random value on every write to the session; NULL until its first write after 0003.
@@ -47,12 +53,14 @@ SESSIONS = sa.Table(
     # Unix time (seconds) of the session's creation and of its last write.
     sa.Column("created_at", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("updated_at", sa.BigInteger, nullable=False, server_default="0"),
+    # Pages of names; not unique, since a unique index would span every partition or shard.
+    sa.Index("prunestore_sessions_name", "name"),
 )
 
 MESSAGES = sa.Table(
     "prunestore_messages",
     metadata,
-    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
     sa.Column("seq", sa.BigInteger, primary_key=True),
     sa.Column("id", sa.Text, nullable=False),
     sa.Column("role", sa.String(16), nullable=False),
@@ -93,7 +101,7 @@ MESSAGES = sa.Table(
 HASH_HOLDERS = sa.Table(
     "prunestore_hash_holders",
     metadata,
-    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
     sa.Column("content_hash", sa.LargeBinary(32), primary_key=True),
     sa.Column("seq", sa.BigInteger, primary_key=True),
     sqlite_with_rowid=False,
@@ -102,7 +110,7 @@ HASH_HOLDERS = sa.Table(
 KEYS = sa.Table(
     "prunestore_keys",
     metadata,
-    sa.Column("session_id", sa.Integer, primary_key=True),
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
     sa.Column("key", sa.Text, primary_key=True),
     sa.Column("definer_seq", sa.BigInteger),
     sa.Column("support", sa.Integer, nullable=False),

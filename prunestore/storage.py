@@ -15,10 +15,12 @@ import time
 from collections.abc import Iterable
 
 from .driver import Driver, Statement
+from .errors import SessionIdCollisionError, shorten
 from .frozen import freeze
 from .incremental import KeyState, MsgState
 from .model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
 from .prompt import PromptCounters
+from .sessionids import session_id
 
 __all__ = [
     "AUDIT",
@@ -74,17 +76,20 @@ _MESSAGE_COLUMNS = (
 # The session row holds the current turn and last seq: on PostgreSQL a writer that
 # waited for the row lock re-reads the locked row's newest version, while a
 # subquery in the same statement would still see the snapshot from before the wait.
-_SESSION_COLUMNS = "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor"
-_SESSION_WIDTH = 8
-SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name")
-LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE name = :name FOR UPDATE")
+# Rows are found by id (`sessionids`); the name read with them tells a collision apart.
+_SESSION_COLUMNS = (
+    "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, name"
+)
+_SESSION_WIDTH = 9
+SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
+LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
     "SELECT "
     + ", ".join("s." + c for c in _SESSION_COLUMNS.split(", "))
     + ", "
     + message_columns("m")
     + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
-    "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.name = :name"
+    "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.session_id = :sid"
 )
 SESSION_WITH_IDS = Statement(_WITH_IDS)
 # After waiting for the lock, PostgreSQL returns the session row's newest version
@@ -94,15 +99,14 @@ SESSION_WITH_IDS = Statement(_WITH_IDS)
 LOCK_SESSION_WITH_IDS_PG = Statement(
     _WITH_IDS.replace(
         " FROM prunestore_sessions s",
-        ", s.xmin = (SELECT x.xmin FROM prunestore_sessions x WHERE x.session_id = s.session_id)"
-        " FROM prunestore_sessions s",
+        ", s.xmin = (SELECT x.xmin FROM prunestore_sessions x WHERE x.session_id = :sid) FROM prunestore_sessions s",
     )
     + " FOR UPDATE OF s"
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 _INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (name, current_turn, last_seq, stamp, created_at, updated_at) "
-    "VALUES (:name, 0, 0, :stamp, :now, :now) ON CONFLICT (name) DO NOTHING"
+    "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at) "
+    "VALUES (:sid, :name, 0, 0, :stamp, :now, :now) ON CONFLICT (session_id) DO NOTHING"
 )
 _UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
@@ -300,10 +304,6 @@ def new_stamp() -> int:
     return secrets.randbits(63)
 
 
-def create_session(driver: Driver, name: str) -> None:
-    driver.run(_INSERT_SESSION, {"name": name, "stamp": new_stamp(), "now": int(time.time())})
-
-
 def update_session(
     driver: Driver, session: SessionRow, current_turn: int, last_seq: int, prompt: PromptCounters | None = None
 ) -> None:
@@ -328,9 +328,15 @@ def update_session(
     session.current_turn, session.last_seq, session.stamp, session.prompt = current_turn, last_seq, stamp, prompt
 
 
+def _named(row: tuple | None, name: str) -> SessionRow | None:
+    """The session row read by `name`'s id, or None where there is none or it is another name's."""
+    if row is None or row[_SESSION_WIDTH - 1] != name:
+        return None
+    return SessionRow(*row[: _SESSION_WIDTH - 1])
+
+
 def find_session(driver: Driver, name: str) -> SessionRow | None:
-    row = driver.first(SELECT_SESSION, {"name": name})
-    return SessionRow(*row) if row else None
+    return _named(driver.first(SELECT_SESSION, {"sid": session_id(name)}), name)
 
 
 def lock_session(driver: Driver, name: str) -> SessionRow | None:
@@ -339,8 +345,27 @@ def lock_session(driver: Driver, name: str) -> SessionRow | None:
     SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
     PostgreSQL writers lock the session's row.
     """
-    row = driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"name": name})
-    return SessionRow(*row) if row else None
+    return _named(driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": session_id(name)}), name)
+
+
+def create_session(driver: Driver, name: str) -> SessionRow:
+    """Create the session (if no writer did meanwhile) and lock it.
+
+    `SessionIdCollisionError` when its id is another stored session's.
+    """
+    sid = session_id(name)
+    driver.run(_INSERT_SESSION, {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time())})
+    row = driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": sid})
+    assert row is not None
+    if row[_SESSION_WIDTH - 1] != name:
+        holder = row[_SESSION_WIDTH - 1]
+        raise SessionIdCollisionError(
+            f"session={shorten(name)}: its id is already that of the stored session {shorten(holder)}; "
+            "use another name for it",
+            session=name,
+            holder=holder,
+        )
+    return SessionRow(*row[: _SESSION_WIDTH - 1])
 
 
 def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
@@ -349,17 +374,16 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
     One round trip for the common case: the lock and the retry check together.
     """
     select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
+    sid = session_id(name)
     found: dict[str, StoredMessage] = {}
     row = None
     for start in range(0, max(len(ids), 1), 500):
-        rows = driver.all(select, {"name": name, "ids": ids[start : start + 500] or [""]})
-        if not rows:
+        rows = driver.all(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
+        if not rows or rows[0][_SESSION_WIDTH - 1] != name:  # none yet, or another name's: create_session says
             break
-        row = SessionRow(*rows[0][:_SESSION_WIDTH])
+        row = SessionRow(*rows[0][: _SESSION_WIDTH - 1])
         if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
-            found = {
-                m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids))
-            }
+            found = {m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", ids))}
             break
         found.update(
             (m.id, m)
@@ -370,9 +394,7 @@ def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[
             )
         )
     if row is None:
-        create_session(driver, name)
-        row = lock_session(driver, name)
-        assert row is not None
+        row = create_session(driver, name)
     return row, found
 
 

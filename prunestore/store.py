@@ -375,13 +375,14 @@ class PruneStore:
         page = catalog.page_params(None, idle_for, batch_size, None, limit_field="batch_size")
         removed: list[str] = []
         messages = 0
-        statement = (
-            catalog.IDLE_PAGE_PG if self.engine.dialect.name == "postgresql" and not dry_run else catalog.IDLE_PAGE
-        )
         while True:
             with db.transaction(self.engine, "remove idle sessions", write=not dry_run) as driver:
-                rows = driver.all(statement, page)
+                rows = driver.all(catalog.IDLE_PAGE, page)
                 for name, session_id, last_seq in rows:
+                    if driver.postgres and not dry_run:  # SQLite's writer already holds the database
+                        last_seq = driver.scalar(catalog.STILL_IDLE_PG, {"sid": session_id, "cutoff": page["cutoff"]})
+                        if last_seq is None:
+                            continue
                     if not dry_run:
                         delete_rows(driver, session_id)
                     removed.append(name)

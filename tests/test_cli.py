@@ -50,6 +50,7 @@ def cli(store_url):
     return run
 
 
+@pytest.mark.plain_tables
 def test_db_upgrade_current_downgrade(cli, store_url):
     assert "at revision base" in cli("db", "current")
     assert f"at revision {db.head_revision()}" in cli("db", "upgrade")

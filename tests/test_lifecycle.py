@@ -181,6 +181,7 @@ def _table_counts(store: PruneStore) -> dict[str, int]:
         }
 
 
+@pytest.mark.plain_tables
 def test_truncate_survives_a_migration_from_before_the_journal(store_url):
     """A session written before revision 0002 has no journal; truncate still gives the batch state."""
     policy = Policy()

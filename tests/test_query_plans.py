@@ -7,32 +7,10 @@ scans disabled, no plan may contain a Seq Scan (so an index can serve it).
 
 from __future__ import annotations
 
-import pytest
 from test_scenarios import SCENARIOS
 
 from prunestore import Message as M
 from prunestore import Policy, db
-from prunestore.driver import Driver
-
-
-@pytest.fixture
-def recorded(monkeypatch):
-    seen: dict[str, tuple] = {}
-    run, run_many = Driver._run, Driver.run_many
-
-    def record_run(self, statement, params):
-        seen.setdefault(statement.text, (statement, dict(params)))
-        return run(self, statement, params)
-
-    def record_many(self, statement, rows):
-        if rows:
-            first = rows[0]
-            seen.setdefault(statement.text, (statement, first if isinstance(first, tuple) else dict(first)))
-        return run_many(self, statement, rows)
-
-    monkeypatch.setattr(Driver, "_run", record_run)
-    monkeypatch.setattr(Driver, "run_many", record_many)
-    return seen
 
 
 def test_append_statements_use_indexes(store, recorded):

@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import click
 
-from .. import db
+from .. import db, partitions
 from ..errors import InvalidRevisionError
 from .common import CONTEXT, command, confirm, echo_json, main
 
@@ -68,6 +68,32 @@ def db_analyze(ctx: click.Context, as_json: bool) -> None:
         echo_json({"analyzed": analyzed})
     else:
         click.echo("statistics refreshed" if analyzed else "nothing to do on SQLite")
+
+
+@command(db_group, "partition")
+@click.argument("count", type=click.IntRange(2, partitions.MAX_PARTITIONS))
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def db_partition(ctx: click.Context, count: int, yes: bool, as_json: bool) -> None:
+    """Hash-partition the per-session tables into COUNT partitions by session id (PostgreSQL).
+
+    Rewrites the tables in one transaction, keeping every row: sessions wait
+    until it commits, so run it at creation or in a quiet hour. Run it again
+    with another COUNT to repartition.
+    """
+    url = ctx.find_root().obj
+    engine = db.make_engine(url)
+    try:
+        if engine.dialect.name == "postgresql":
+            confirm(f"Partition the tables of {db.shown_url(url)} into {count}? Writers wait until it is done.", yes)
+        partitions.partition(engine, count)
+        with db.connection(engine, "read the partitions") as conn:
+            now = partitions.partition_count(conn)
+    finally:
+        engine.dispose()
+    if as_json:
+        echo_json({"partitions": now})
+    else:
+        click.echo(f"{now} partitions per table")
 
 
 @command(db_group, "current")
