@@ -109,10 +109,10 @@ def vacuum(store: PruneStore) -> None:
     """VACUUM ANALYZE the tables on PostgreSQL, as autovacuum would after a load (some servers run without it)."""
     if store.engine.dialect.name != "postgresql":
         return
-    with store.engine.connect() as conn:
+    with store.engine.connect().execution_options(isolation_level="AUTOCOMMIT") as conn:
         tables = conn.execute(sa.text("SELECT tablename FROM pg_tables WHERE schemaname = current_schema()")).scalars()
         names = ", ".join(t for t in tables if t.startswith("prunestore_") and not t.rpartition("_p")[2].isdigit())
-        conn.execution_options(isolation_level="AUTOCOMMIT").exec_driver_sql(f"VACUUM (ANALYZE) {names}")
+        conn.exec_driver_sql(f"VACUUM (ANALYZE) {names}")
 
 
 def timed(call) -> tuple[object, float]:
