@@ -33,18 +33,14 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from functools import partial
 from pathlib import Path
-from urllib.parse import quote
 
 import sqlalchemy as sa
-from sessions import appends_while, percentile
+from sessions import appends_while, empty_database, percentile
 
-from prunestore import Message, PruneStore, db, partitions
+from prunestore import Message, PruneStore
 from prunestore.jsonl import to_json
 from prunestore.workloads import generate
 
@@ -169,29 +165,6 @@ def measure(url: str, args: argparse.Namespace, tmp: Path) -> dict:
     return row
 
 
-@contextmanager
-def empty_database(layout: str, base: str, partition_count: int, tmp: Path) -> Iterator[str]:
-    """A URL of an empty database of the layout: a new SQLite file, or a new PostgreSQL schema dropped after."""
-    name = f"bench_scale_{uuid.uuid4().hex[:8]}"
-    if layout == "sqlite":
-        yield f"sqlite:///{tmp / name}.db"
-        return
-    admin = sa.create_engine(base)
-    with admin.begin() as conn:
-        conn.exec_driver_sql(f"CREATE SCHEMA {name}")
-    url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={name}')}"
-    try:
-        if layout == "partitioned":
-            engine = db.make_engine(url)
-            partitions.partition(engine, partition_count)
-            engine.dispose()
-        yield url
-    finally:
-        with admin.begin() as conn:
-            conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
-        admin.dispose()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sessions", type=int, default=100_000)
@@ -209,7 +182,9 @@ def main() -> int:
         for layout in layouts:
             label = f"partitioned ({args.partitions})" if layout == "partitioned" else layout
             print(f"{label}:", flush=True)
-            with empty_database(layout, args.postgres, args.partitions, Path(tmp)) as url:
+            kind = "sqlite" if layout == "sqlite" else "postgresql"
+            count = args.partitions if layout == "partitioned" else 0
+            with empty_database(kind, args.postgres, Path(tmp), count) as url:
                 results[label] = measure(url, args, Path(tmp))
     print()
     print("Probe appends and the first page of sessions(limit=100) as the store fills (ms):")

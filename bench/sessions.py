@@ -34,7 +34,7 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from prunestore import Message, PruneStore, db
+from prunestore import Message, PruneStore, db, partitions
 
 
 def percentile(values: list[float], p: float) -> float:
@@ -124,17 +124,25 @@ def measure(url: str, count: int) -> tuple:
 
 
 @contextmanager
-def empty_database(kind: str, base: str, tmp: Path) -> Iterator[str]:
-    """A URL of an empty database: a new SQLite file, or a new PostgreSQL schema dropped afterwards."""
-    name = f"bench_sessions_{uuid.uuid4().hex[:8]}"
+def empty_database(kind: str, base: str, tmp: Path, partition_count: int = 0) -> Iterator[str]:
+    """A URL of an empty database: a new SQLite file, or a new PostgreSQL schema dropped afterwards.
+
+    With `partition_count`, the PostgreSQL tables are made hash partitions of it (`prunestore db partition`).
+    """
+    name = f"bench_{uuid.uuid4().hex[:8]}"
     if kind == "sqlite":
         yield f"sqlite:///{tmp / name}.db"
         return
     admin = sa.create_engine(base)
     with admin.begin() as conn:
         conn.exec_driver_sql(f"CREATE SCHEMA {name}")
+    url = f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={name}')}"
     try:
-        yield f"{base}{'&' if '?' in base else '?'}options={quote(f'-csearch_path={name}')}"
+        if partition_count:
+            engine = db.make_engine(url)
+            partitions.partition(engine, partition_count)
+            engine.dispose()
+        yield url
     finally:
         with admin.begin() as conn:
             conn.exec_driver_sql(f"DROP SCHEMA {name} CASCADE")
