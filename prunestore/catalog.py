@@ -14,10 +14,14 @@ from datetime import timedelta
 
 from .driver import Driver, Statement
 from .errors import InvalidArgumentError, shorten
+from .lifecycle import delete_rows
 
-__all__ = ["page_params", "idle_cutoff", "list_names", "IDLE_PAGE", "STILL_IDLE_PG"]
+__all__ = ["page_params", "idle_cutoff", "list_names", "remove_idle", "BATCH_MESSAGES"]
 
 _NO_LIMIT = 2**62
+# A removal transaction also ends once it has removed this many messages: on SQLite
+# it holds the write lock, and long sessions would make other writers wait.
+BATCH_MESSAGES = 2000
 
 # The filters a page may have, each only when asked for: an always-true condition
 # would still cost PostgreSQL its estimate, and with it the index scan in name order.
@@ -75,3 +79,28 @@ def idle_cutoff(idle_for: object) -> int:
 
 def list_names(driver: Driver, page: dict) -> list[str]:
     return [name for (name,) in driver.all(_NAMES["prefix" in page, "cutoff" in page], page)]
+
+
+def remove_idle(driver: Driver, page: dict, dry_run: bool) -> tuple[list[tuple[str, int]], str | None]:
+    """One transaction of removal: each idle session removed, with its messages, and the last name looked at.
+
+    Looks at one page (`batch_size` names) and stops early once
+    `BATCH_MESSAGES` messages are removed; the next page starts after the
+    last name looked at (None: there was nothing left).
+    """
+    removed: list[tuple[str, int]] = []
+    last = None
+    count = 0
+    for name, session_id, last_seq in driver.all(IDLE_PAGE, page):
+        last = name
+        if driver.postgres and not dry_run:  # SQLite's writer already holds the database
+            last_seq = driver.scalar(STILL_IDLE_PG, {"sid": session_id, "cutoff": page["cutoff"]})
+            if last_seq is None:
+                continue
+        if not dry_run:
+            delete_rows(driver, session_id)
+        removed.append((name, last_seq))
+        count += last_seq
+        if count >= BATCH_MESSAGES:
+            break
+    return removed, last

@@ -369,6 +369,9 @@ class PruneStore:
     def gc(self, idle_for: timedelta | float, *, dry_run: bool = False, batch_size: int = 100) -> GcReport:
         """Delete every session last written at least `idle_for` ago, `batch_size` sessions a transaction.
 
+        A transaction also ends after 2,000 messages, so writers to other
+        sessions wait briefly however long the idle sessions are.
+
         A session written while this runs is kept. With `dry_run`, nothing is
         deleted and the report says what would be.
         """
@@ -377,22 +380,15 @@ class PruneStore:
         messages = 0
         while True:
             with db.transaction(self.engine, "remove idle sessions", write=not dry_run) as driver:
-                rows = driver.all(catalog.IDLE_PAGE, page)
-                for name, session_id, last_seq in rows:
-                    if driver.postgres and not dry_run:  # SQLite's writer already holds the database
-                        last_seq = driver.scalar(catalog.STILL_IDLE_PG, {"sid": session_id, "cutoff": page["cutoff"]})
-                        if last_seq is None:
-                            continue
-                    if not dry_run:
-                        delete_rows(driver, session_id)
-                    removed.append(name)
-                    messages += last_seq
-            if not dry_run:
-                for name, _, _ in rows:
+                batch, last = catalog.remove_idle(driver, page, dry_run)
+            for name, count in batch:
+                removed.append(name)
+                messages += count
+                if not dry_run:
                     self.live_cache.forget(name)
-            if not rows:
+            if last is None:
                 return GcReport(tuple(removed), messages, dry_run)
-            page["after"] = rows[-1][0]
+            page["after"] = last
 
     def explain(self, session: str, message_id: str) -> Explanation:
         """The verdict of one message and what caused it."""

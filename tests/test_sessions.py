@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from prunestore import GcReport, InvalidArgumentError, Message, Policy, SessionNotFoundError
+from prunestore import GcReport, InvalidArgumentError, Message, Policy, SessionNotFoundError, catalog
 from prunestore.cli import main
 
 BOTH_APIS = True
@@ -124,6 +124,29 @@ def test_gc_removes_exactly_the_idle_sessions_and_says_what_went(open_store):
     assert store.gc(timedelta(days=30)) == GcReport((), 0, False)
     store.append("a", Message("fresh", "user", "a new start", 0))  # the name is free again
     assert [m.id for m in store.messages("a")] == ["fresh"]
+
+
+def test_gc_ends_a_transaction_after_a_bounded_number_of_messages(open_store, monkeypatch):
+    """Long idle sessions are removed a few at a time, so writers to other sessions never wait for many."""
+    store = open_store()
+    lengths = {"long-a": 5, "long-b": 1, "long-c": 4, "long-d": 3, "short": 1}
+    for name, length in lengths.items():
+        store.append(name, [Message(f"m{i}", "user", f"message {i} of {name}", 0) for i in range(length)])
+    _age(store, lengths, 40 * DAY)
+    transactions: list[list[tuple[str, int]]] = []
+    remove_idle = catalog.remove_idle
+
+    def counted(driver, page, dry_run):
+        batch, last = remove_idle(driver, page, dry_run)
+        transactions.append(batch)
+        return batch, last
+
+    monkeypatch.setattr(catalog, "BATCH_MESSAGES", 5)
+    monkeypatch.setattr(catalog, "remove_idle", counted)
+    report = store.gc(timedelta(days=30))  # at most 100 sessions a transaction, but 5 messages
+    assert transactions == [[("long-a", 5)], [("long-b", 1), ("long-c", 4)], [("long-d", 3), ("short", 1)], []]
+    assert report == GcReport(("long-a", "long-b", "long-c", "long-d", "short"), 14, False)
+    assert store.sessions() == [] and store.verify().ok
 
 
 def test_gc_keeps_a_session_written_while_it_runs(open_store):
