@@ -100,6 +100,9 @@ def open_store(store_url, api):
             store = BlockingAsyncStore(store_url, policy=policy, **kwargs)
         else:
             store = PruneStore(store_url, policy=policy, **kwargs)
+        for earlier in opened:  # hypothesis opens one per example: let them keep no idle connections
+            if isinstance(earlier, PruneStore):
+                earlier.engine.dispose()
         opened.append(store)
         return store
 
