@@ -339,13 +339,15 @@ def find_session(driver: Driver, name: str) -> SessionRow | None:
     return _named(driver.first(SELECT_SESSION, {"sid": session_id(name)}), name)
 
 
-def lock_session(driver: Driver, name: str) -> SessionRow | None:
-    """Read the session row so that no other writer can change the session until commit.
+def _lock_row(driver: Driver, sid: int) -> tuple | None:
+    """The session row with id `sid`, locked: SQLite writers already hold the database lock
+    (``BEGIN IMMEDIATE``); PostgreSQL writers lock the session's row."""
+    return driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": sid})
 
-    SQLite writers already hold the database lock (``BEGIN IMMEDIATE``);
-    PostgreSQL writers lock the session's row.
-    """
-    return _named(driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": session_id(name)}), name)
+
+def lock_session(driver: Driver, name: str) -> SessionRow | None:
+    """Read the session row so that no other writer can change the session until commit."""
+    return _named(_lock_row(driver, session_id(name)), name)
 
 
 def create_session(driver: Driver, name: str) -> SessionRow:
@@ -355,9 +357,10 @@ def create_session(driver: Driver, name: str) -> SessionRow:
     """
     sid = session_id(name)
     driver.run(_INSERT_SESSION, {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time())})
-    row = driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": sid})
+    row = _lock_row(driver, sid)
     assert row is not None
-    if row[_SESSION_WIDTH - 1] != name:
+    named = _named(row, name)
+    if named is None:
         holder = row[_SESSION_WIDTH - 1]
         raise SessionIdCollisionError(
             f"session={shorten(name)}: its id is already that of the stored session {shorten(holder)}; "
@@ -365,7 +368,7 @@ def create_session(driver: Driver, name: str) -> SessionRow:
             session=name,
             holder=holder,
         )
-    return SessionRow(*row[: _SESSION_WIDTH - 1])
+    return named
 
 
 def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
