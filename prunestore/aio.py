@@ -31,7 +31,7 @@ from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Op
 from .formats import Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
-from .results import Delta, Explanation, GcReport, Stats, VerifyReport
+from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport
 from .storage import SessionState
 from .store import PruneStore
 from .text import count_tokens
@@ -220,6 +220,25 @@ class AsyncPruneStore:
 
     async def gc(self, idle_for: timedelta | float, *, dry_run: bool = False, batch_size: int = 100) -> GcReport:
         return await self._call(PruneStore.gc, idle_for, dry_run=dry_run, batch_size=batch_size)
+
+    async def summaries(
+        self,
+        prefix: str | None = None,
+        *,
+        idle_for: timedelta | float | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[SessionSummary]:
+        return await self._call(PruneStore.summaries, prefix, idle_for=idle_for, limit=limit, after=after)
+
+    async def summary(self, session: str) -> SessionSummary:
+        return await self._call(PruneStore.summary, session)
+
+    async def window(self, session: str, *, after: int = 0, limit: int = 100) -> list[Entry]:
+        return await self._call(PruneStore.window, session, after=after, limit=limit)
+
+    async def history(self, session: str) -> list[HistoryPoint]:
+        return await self._call(PruneStore.history, session)
 
     async def explain(self, session: str, message_id: str) -> Explanation:
         return await self._call(PruneStore.explain, session, message_id)

@@ -25,6 +25,7 @@ from .model import DUPLICATE, KEPT, Policy, StoredMessage, supports
 from .prompt import PromptCounters
 from .prune import passes, prune
 from .results import Mismatch
+from .storage import Totals
 
 __all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "compare"]
 
@@ -141,7 +142,7 @@ def compare(
     """Every difference between a session's stored rows and what a batch rerun derives.
 
     `session_row` is the stored (current turn, last seq, prompt tokens,
-    pending tokens, events, prompt cursor). `derived` holds each message's
+    pending tokens, events, prompt cursor, tokens, live tokens). `derived` holds each message's
     stored content hash, effective keys (space-separated defines and refs)
     and held flag; `key_rows` and `holder_rows` are the session's rows of
     the key and hash-holder indexes. The cursor is where the last eviction
@@ -163,6 +164,12 @@ def compare(
     )
     if expected.prompt is not None:
         differ("session", "prompt tokens, pending tokens, events", session_row[2:5], expected.prompt.values())
+    differ(
+        "session",
+        "tokens, live tokens",
+        tuple(session_row[6:8]),
+        tuple(Totals.of((s.tokens, s.verdict) for s in expected.states)),
+    )
     cursor = session_row[5]
     for message, (content_hash, defines, refs, held), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)

@@ -15,8 +15,9 @@ from datetime import timedelta
 from .driver import Driver, Statement
 from .errors import InvalidArgumentError, shorten
 from .lifecycle import delete_rows
+from .results import SessionSummary
 
-__all__ = ["page_params", "idle_cutoff", "list_names", "remove_idle", "BATCH_MESSAGES"]
+__all__ = ["check_whole", "page_params", "idle_cutoff", "list_names", "list_summaries", "remove_idle", "BATCH_MESSAGES"]
 
 _NO_LIMIT = 2**62
 # A removal transaction also ends once it has removed this many messages: on SQLite
@@ -42,6 +43,10 @@ def _page(columns: str, prefix: bool, idle: bool) -> Statement:
 
 
 _NAMES = {(prefix, idle): _page("name", prefix, idle) for prefix in (False, True) for idle in (False, True)}
+SUMMARY_COLUMNS = "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at"
+_SUMMARIES = {
+    (prefix, idle): _page(SUMMARY_COLUMNS, prefix, idle) for prefix in (False, True) for idle in (False, True)
+}
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
 IDLE_PAGE = _page("name, session_id, last_seq", prefix=False, idle=True)
 # PostgreSQL then locks each session's row by its id (so the statement runs on one
@@ -58,14 +63,19 @@ def page_params(prefix: object, idle_for: object, limit: object, after: object, 
         raise InvalidArgumentError(f"prefix={shorten(prefix)}: must be a string")
     if after is not None and not isinstance(after, str):
         raise InvalidArgumentError(f"after={shorten(after)}: must be a session name")
-    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
-        raise InvalidArgumentError(f"{limit_field}={shorten(limit)}: must be a whole number, at least 1")
+    if limit is not None:
+        check_whole(limit_field, limit, 1)
     page: dict = {"after": after or "", "limit": limit if limit is not None else _NO_LIMIT}  # names are never empty
     if prefix:
         page.update(prefix=prefix, prefix_length=len(prefix))
     if idle_for is not None:
         page["cutoff"] = idle_cutoff(idle_for)
     return page
+
+
+def check_whole(field: str, value: object, least: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < least:
+        raise InvalidArgumentError(f"{field}={shorten(value)}: must be a whole number, at least {least}")
 
 
 def idle_cutoff(idle_for: object) -> int:
@@ -79,6 +89,11 @@ def idle_cutoff(idle_for: object) -> int:
 
 def list_names(driver: Driver, page: dict) -> list[str]:
     return [name for (name,) in driver.all(_NAMES["prefix" in page, "cutoff" in page], page)]
+
+
+def list_summaries(driver: Driver, page: dict) -> list[SessionSummary]:
+    """A page of sessions with their counts, each read from the session's own row."""
+    return [SessionSummary(*row) for row in driver.all(_SUMMARIES["prefix" in page, "cutoff" in page], page)]
 
 
 def remove_idle(driver: Driver, page: dict, dry_run: bool) -> tuple[list[tuple[str, int]], str | None]:

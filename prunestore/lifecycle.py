@@ -24,9 +24,11 @@ from .storage import (
     DELETE_HOLDER,
     FULL_COLUMNS,
     MESSAGE_WIDTH,
+    TOKENS_COLUMN,
     VERDICT_COLUMN,
     SessionRow,
     SessionRows,
+    Totals,
     create_session,
     find_session,
     join_keys,
@@ -34,7 +36,7 @@ from .storage import (
     stored_message,
     update_session,
 )
-from .undo import CLEAR_JOURNAL, apply_undo, last_append_at_or_before, read_undo
+from .undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 
 __all__ = [
     "rebuild_session",
@@ -56,11 +58,17 @@ _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
     "WHERE session_id = :sid AND seq = :seq"
 )
+_RECORD_HISTORY = Statement(
+    "UPDATE prunestore_messages SET tokens_after = :tokens, live_tokens_after = :live_tokens, events_after = :events "
+    "WHERE session_id = :sid AND seq = :seq"
+)
 _SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 _VERDICTS_FROM = Statement(
     "SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq >= :since ORDER BY seq"
 )
-_VERDICTS_OF = Statement("SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
+_VERDICTS_OF = Statement(
+    "SELECT seq, id, verdict, tokens FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs"
+)
 _TAIL = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND seq >= :since "
     "ORDER BY seq"
@@ -114,7 +122,11 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         current_turn=expected.current_turn,
         last_seq=stored[-1].seq if stored else 0,
         prompt=expected.prompt,
+        totals=Totals.of((s.tokens, s.verdict) for s in expected.states),
     )
+    if stored:  # the history's last point is the state now
+        history = {"sid": row.session_id, "seq": stored[-1].seq, "events": row.prompt.events, **row.totals._asdict()}
+        driver.run(_RECORD_HISTORY, history)
 
 
 def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) -> Delta:
@@ -133,17 +145,29 @@ def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) ->
     tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
     touched = list(undo.verdicts)
     before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
-        (r[0], r[1], r[VERDICT_COLUMN]) for r in tail
+        (r[0], r[1], r[VERDICT_COLUMN], r[TOKENS_COLUMN]) for r in tail
     ]
     apply_undo(driver, sid, undo)
     driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
-    update_session(driver, row, undo.turn, undo.since - 1, undo.prompt)
+    update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
     if kept:
         append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept], policy)
     after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
     return delta_between(before, after)
+
+
+def _totals_undone(totals: Totals, before: list[tuple[int, str, str, int]], undo: Undo) -> Totals:
+    """The token totals once the tail is deleted and the verdicts it changed are put back."""
+    tokens, live = totals
+    for seq, _, verdict, count in before:
+        was_live = verdict in LIVE_VERDICTS
+        if seq >= undo.since:  # deleted
+            tokens, live = tokens - count, live - count * was_live
+        else:
+            live += count * ((undo.verdicts[seq][1] in LIVE_VERDICTS) - was_live)
+    return Totals(tokens, live)
 
 
 def copy_prefix(driver: Driver, source: SessionRow, target: SessionRow, cut: int) -> None:
@@ -182,10 +206,10 @@ def seq_of(driver: Driver, row: SessionRow, field: str, message_id: str) -> int:
     return seq
 
 
-def delta_between(before: Iterable[tuple[int, str, str]], after: Iterable[tuple[int, str, str]]) -> Delta:
-    """The Delta between two readings of (seq, id, verdict) rows; a row missing after is gone."""
-    was = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in before}
-    now = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict in after}
+def delta_between(before: Iterable[tuple], after: Iterable[tuple]) -> Delta:
+    """The Delta between two readings of (seq, id, verdict, ...) rows; a row missing after is gone."""
+    was = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict, *_ in before}
+    now = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict, *_ in after}
     added, removed = [], []
     for seq in sorted(was.keys() | now.keys()):
         old, new = was.get(seq, ("", False)), now.get(seq, ("", False))

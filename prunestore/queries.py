@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from .audit import compare
+from .catalog import SUMMARY_COLUMNS
 from .driver import Driver, Statement
 from .errors import MessageNotFoundError, shorten
 from .incremental import new_state
@@ -27,12 +28,23 @@ from .model import (
     check_identifier,
     supports,
 )
-from .results import Explanation, Mismatch, Stats, VerdictStats, VerifyReport
+from .results import Entry, Explanation, HistoryPoint, Mismatch, SessionSummary, Stats, VerdictStats, VerifyReport
 from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
-__all__ = ["explain", "stats", "verify", "verify_sessions"]
+__all__ = ["explain", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
+# Seqs run from 1 without gaps, so a window is a range of the primary key.
+_WINDOW = Statement(
+    f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid "
+    "AND seq > :after AND seq <= :last ORDER BY seq"
+)
+# The rows each append's last message carries, read from their partial index alone.
+_HISTORY = Statement(
+    "SELECT seq, turn, tokens_after, live_tokens_after, events_after FROM prunestore_messages "
+    "WHERE session_id = :sid AND live_tokens_after IS NOT NULL ORDER BY seq"
+)
+_SUMMARY = Statement(f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 _NEXT_HOLDER = Statement(
     "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
     "ORDER BY seq LIMIT 1"
@@ -75,6 +87,34 @@ def explain(driver: Driver, session: str, row: SessionRow, message_id: str, poli
     found = driver.first(_ONE, {"sid": sid, "id": message_id})
     if found is None:
         raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
+    return _explained(driver, session, row, found, policy, referrers=True)
+
+
+def window(driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy) -> list[Entry]:
+    """The messages after seq `after`, `limit` at most, each with its explanation (without `needed_by`)."""
+    rows = driver.all(_WINDOW, {"sid": row.session_id, "after": after, "last": after + limit})
+    return [
+        Entry(stored_message(r[:MESSAGE_WIDTH]), _explained(driver, session, row, r, policy, referrers=False))
+        for r in rows
+    ]
+
+
+def history(driver: Driver, sid: int) -> list[HistoryPoint]:
+    """The session's totals as each append left them, in order."""
+    return [HistoryPoint(*r) for r in driver.all(_HISTORY, {"sid": sid})]
+
+
+def summary(driver: Driver, sid: int) -> SessionSummary:
+    row = driver.first(_SUMMARY, {"sid": sid})
+    assert row is not None  # the caller read the session's row in this transaction
+    return SessionSummary(*row)
+
+
+def _explained(
+    driver: Driver, session: str, row: SessionRow, found: tuple, policy: Policy, referrers: bool
+) -> Explanation:
+    """The explanation of a message read with `FULL_COLUMNS` and its content hash; `referrers` looks up `needed_by`."""
+    sid = row.session_id
     message, content_hash = stored_message(found[:MESSAGE_WIDTH]), bytes(found[MESSAGE_WIDTH])
     superseded_by = duplicate_of = None
     if message.base == SUPERSEDED:
@@ -84,7 +124,9 @@ def explain(driver: Driver, session: str, row: SessionRow, message_id: str, poli
     needed_for: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
     if _restored(message.base, message.verdict):
-        needed_for, needed_by = _restoration_cause(driver, sid, message, policy)
+        needed_for = _needed_for(driver, sid, message)
+        if referrers:
+            needed_by = _referrers(driver, sid, message, needed_for, policy)
     return Explanation(
         session=session,
         message_id=message.id,
@@ -108,16 +150,20 @@ def _restored(base: str, verdict: str) -> bool:
     return verdict == RESTORED or (verdict == EVICTED and base != KEPT)
 
 
-def _restoration_cause(
-    driver: Driver, sid: int, message: StoredMessage, policy: Policy
-) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """The keys this message is the last definer of, and the counting messages that refer to them.
+def _needed_for(driver: Driver, sid: int, message: StoredMessage) -> tuple[str, ...]:
+    """The keys this message is the last definer of that something refers to."""
+    defines = sorted(new_state(message, 0).defines)
+    return tuple(key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq}))
+
+
+def _referrers(
+    driver: Driver, sid: int, message: StoredMessage, keys: tuple[str, ...], policy: Policy
+) -> tuple[str, ...]:
+    """The counting messages that refer to `keys`.
 
     Reads the refs of the session's counting messages: fine for an
     operator's question, and kept off the append path.
     """
-    defines = sorted(new_state(message, 0).defines)
-    keys = [key for (key,) in driver.all(_DEFINED_KEYS, {"sid": sid, "keys": defines, "seq": message.seq})]
     wanted = set(keys)
     users = [
         id_
@@ -126,7 +172,7 @@ def _restoration_cause(
         and supports(base, _restored(base, verdict), policy.transitive)
         and wanted.intersection(split_keys(refs))
     ]
-    return tuple(keys), tuple(users)
+    return tuple(users)
 
 
 def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Stats:
@@ -160,7 +206,7 @@ def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[
     stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor),
+        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor, *row.totals),
         stored,
         [(bytes(r[MESSAGE_WIDTH]), *r[MESSAGE_WIDTH + 1 : MESSAGE_WIDTH + 4]) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),

@@ -4,7 +4,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-__all__ = ["Delta", "Explanation", "Mismatch", "VerifyReport", "VerdictStats", "Stats", "GcReport"]
+from .model import StoredMessage
+
+__all__ = [
+    "Delta",
+    "Explanation",
+    "Mismatch",
+    "VerifyReport",
+    "VerdictStats",
+    "Stats",
+    "GcReport",
+    "SessionSummary",
+    "Entry",
+    "HistoryPoint",
+]
 
 
 @dataclass(frozen=True)
@@ -79,7 +92,7 @@ class Explanation:
             parts.append(f"duplicate of {self.duplicate_of!r}")
         if self.needed_for:
             keys = ", ".join(self.needed_for)
-            users = ", ".join(repr(i) for i in self.needed_by)
+            users = ", ".join(repr(i) for i in self.needed_by) or "live messages"
             verb = "refers" if len(self.needed_by) == 1 else "refer"
             parts.append(f"restored: it defines {keys}, which {users} {verb} to")
         if self.verdict == "evicted":
@@ -160,3 +173,50 @@ class GcReport:
     sessions: tuple[str, ...]
     messages: int
     dry_run: bool = False
+
+
+@dataclass(frozen=True)
+class SessionSummary:
+    """One session at a glance, read from its own row: no message is read.
+
+    `tokens` counts every stored message, `live_tokens` those in the prompt;
+    `created_at` and `updated_at` are Unix seconds; `events` counts removal
+    events under a budget or `clear_at_least` (0 otherwise).
+    """
+
+    name: str
+    messages: int
+    tokens: int
+    live_tokens: int
+    current_turn: int
+    events: int
+    created_at: int
+    updated_at: int
+
+    @property
+    def reduction(self) -> float:
+        """Fraction of tokens pruned away."""
+        return 1 - self.live_tokens / self.tokens if self.tokens else 0.0
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A message of a window of the session, with why it has its verdict.
+
+    The explanation's `needed_by` is left empty: finding the referrers reads
+    the session's references, which `PruneStore.explain` does for one message.
+    """
+
+    message: StoredMessage
+    explanation: Explanation
+
+
+@dataclass(frozen=True)
+class HistoryPoint:
+    """The session as one append left it: its last message's seq and turn, tokens in all and in the prompt, events."""
+
+    seq: int
+    turn: int
+    tokens: int
+    live_tokens: int
+    events: int

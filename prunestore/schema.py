@@ -53,6 +53,9 @@ SESSIONS = sa.Table(
     # Unix time (seconds) of the session's creation and of its last write.
     sa.Column("created_at", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("updated_at", sa.BigInteger, nullable=False, server_default="0"),
+    # Tokens of the session's messages, in all and in the prompt (live).
+    sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("live_tokens", sa.BigInteger, nullable=False, server_default="0"),
     # Pages of names; not unique, since a unique index would span every partition or shard.
     sa.Index("prunestore_sessions_name", "name"),
 )
@@ -87,6 +90,11 @@ MESSAGES = sa.Table(
     # On the first message of each append: the undo journal entry of that append
     # (`prunestore.undo`); NULL elsewhere, and where history predates the journal.
     sa.Column("undo", sa.Text),
+    # On the last message of each append: the session's tokens, live tokens and removal events
+    # after it, the history of the prompt's size; NULL elsewhere.
+    sa.Column("tokens_after", sa.BigInteger),
+    sa.Column("live_tokens_after", sa.BigInteger),
+    sa.Column("events_after", sa.BigInteger),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),
@@ -96,6 +104,12 @@ MESSAGES = sa.Table(
     # The messages waiting for a removal event, and the prompt's messages below the cursor.
     _partial_index("prunestore_messages_pending", ["session_id", "seq"], "verdict = 'pending'"),
     _partial_index("prunestore_messages_held", ["session_id", "seq"], "held = 1"),
+    # The history rows alone, covering what a chart of the prompt's size reads.
+    _partial_index(
+        "prunestore_messages_appends",
+        ["session_id", "seq", "turn", "tokens_after", "live_tokens_after", "events_after"],
+        "live_tokens_after IS NOT NULL",
+    ),
 )
 
 HASH_HOLDERS = sa.Table(

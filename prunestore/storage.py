@@ -13,6 +13,7 @@ import re
 import secrets
 import time
 from collections.abc import Iterable
+from typing import NamedTuple
 
 from .driver import Driver, Statement
 from .errors import SessionIdCollisionError, shorten
@@ -27,9 +28,11 @@ __all__ = [
     "FULL_COLUMNS",
     "MESSAGE_WIDTH",
     "VERDICT_COLUMN",
+    "TOKENS_COLUMN",
     "message_columns",
     "SessionRows",
     "SessionRow",
+    "Totals",
     "SessionState",
     "lock_session",
     "lock_session_for_append",
@@ -67,9 +70,11 @@ def message_columns(alias: str = "") -> str:
 FULL_COLUMNS = message_columns()
 MESSAGE_WIDTH = 10  # columns in FULL_COLUMNS; derived columns selected after them start here
 VERDICT_COLUMN = 8
+TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
-    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, held, undo"
+    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
+    "tokens_after, live_tokens_after, events_after"
 )
 
 
@@ -78,9 +83,10 @@ _MESSAGE_COLUMNS = (
 # subquery in the same statement would still see the snapshot from before the wait.
 # Rows are found by id (`sessionids`); the name read with them tells a collision apart.
 _SESSION_COLUMNS = (
-    "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, name"
+    "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
+    "tokens, live_tokens, name"
 )
-_SESSION_WIDTH = 9
+_SESSION_WIDTH = 11
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
@@ -111,7 +117,7 @@ _INSERT_SESSION = Statement(
 _UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
     "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
-    "updated_at = :now WHERE session_id = :sid"
+    "tokens = :tokens, live_tokens = :live_tokens, updated_at = :now WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -273,9 +279,9 @@ def _state(row) -> MsgState:
 
 
 class SessionRow:
-    """A session row as read (under its lock, for writers): key, turn, last seq, change stamp, prompt totals."""
+    """A session row as read (under its lock, for writers): key, turn, last seq, stamp, prompt and token totals."""
 
-    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt")
+    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals")
 
     def __init__(
         self,
@@ -287,12 +293,42 @@ class SessionRow:
         pending_tokens: int = 0,
         events: int = 0,
         prompt_cursor: int = 0,
+        tokens: int = 0,
+        live_tokens: int = 0,
     ) -> None:
         self.session_id = session_id
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
         self.prompt = PromptCounters(prompt_tokens, pending_tokens, events, prompt_cursor)
+        self.totals = Totals(tokens, live_tokens)
+
+
+class Totals(NamedTuple):
+    """A session's tokens: of all its messages, and of those in the prompt."""
+
+    tokens: int = 0
+    live_tokens: int = 0
+
+    def after(self, new: Iterable[MsgState], changed: Iterable[MsgState]) -> Totals:
+        """The totals once `new` messages are stored and the `changed` ones (loaded with `original`) rewritten."""
+        tokens, live = self.tokens, self.live_tokens
+        for state in new:
+            tokens += state.tokens
+            live += state.tokens if state.verdict in LIVE_VERDICTS else 0
+        for state in changed:
+            assert state.original is not None, "a changed stored message was loaded through the identity map"
+            live += state.tokens * ((state.verdict in LIVE_VERDICTS) - (state.original[1] in LIVE_VERDICTS))
+        return Totals(tokens, live)
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[int, str]]) -> Totals:
+        """The totals of (tokens, verdict) pairs."""
+        tokens = live = 0
+        for count, verdict in rows:
+            tokens += count
+            live += count if verdict in LIVE_VERDICTS else 0
+        return cls(tokens, live)
 
 
 def new_stamp() -> int:
@@ -305,9 +341,14 @@ def new_stamp() -> int:
 
 
 def update_session(
-    driver: Driver, session: SessionRow, current_turn: int, last_seq: int, prompt: PromptCounters | None = None
+    driver: Driver,
+    session: SessionRow,
+    current_turn: int,
+    last_seq: int,
+    prompt: PromptCounters | None,
+    totals: Totals,
 ) -> None:
-    """Write the session's turn, last seq and prompt totals with a new stamp, and record them on `session`.
+    """Write the session's turn, last seq, prompt and token totals with a new stamp, and record them on `session`.
 
     Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
     """
@@ -322,10 +363,13 @@ def update_session(
         "pending_tokens": prompt.pending,
         "events": prompt.events,
         "cursor": prompt.cursor,
+        "tokens": totals.tokens,
+        "live_tokens": totals.live_tokens,
         "now": int(time.time()),
     }
     driver.run(_UPDATE_SESSION, params)
-    session.current_turn, session.last_seq, session.stamp, session.prompt = current_turn, last_seq, stamp, prompt
+    session.current_turn, session.last_seq, session.stamp = current_turn, last_seq, stamp
+    session.prompt, session.totals = prompt, totals
 
 
 def _named(row: tuple | None, name: str) -> SessionRow | None:
@@ -464,8 +508,10 @@ class SessionRows:
             rows += self.driver.all(LIVE_AFTER, params)
         return [_state(row) for row in rows]
 
-    def message_row(self, state: MsgState, held: bool, journal: str | None = None) -> tuple:
-        """The values of `INSERT_MESSAGE`, in its column order."""
+    def message_row(
+        self, state: MsgState, held: bool, journal: str | None = None, history: tuple[int, int, int] | None = None
+    ) -> tuple:
+        """The values of `INSERT_MESSAGE`, in its column order; `history` goes on an append's last message."""
         m = state.message
         assert m is not None
         content, escaped = encode_content(m.content, self.escape_nul)
@@ -490,6 +536,7 @@ class SessionRows:
             state.verdict,
             int(held),
             journal,
+            *(history or (None, None, None)),
         )
 
     def write_back(
@@ -503,24 +550,34 @@ class SessionRows:
         last_seq: int,
         journal: str | None = None,
         prompt: PromptCounters | None = None,
+        totals: Totals | None = None,
     ) -> None:
         """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
 
         `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message.
+        The token totals follow from what changed, unless given (a rebuild counts them afresh).
         """
+        totals = totals or self.session.totals.after(new, changed)
         with self.driver.pipeline():
             self._write_back(
-                new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt
+                new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
             )
 
     def _write_back(
-        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal=None, prompt=None
+        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         held = (prompt or PromptCounters()).held_below
         if new:
-            row = self.message_row
-            run_many(INSERT_MESSAGE, [row(new[0], held(new[0]), journal)] + [row(s, held(s)) for s in new[1:]])
+            row, last = self.message_row, len(new) - 1
+            history = (*totals, (prompt or PromptCounters()).events)
+            run_many(
+                INSERT_MESSAGE,
+                [
+                    row(s, held(s), journal if i == 0 else None, history if i == last else None)
+                    for i, s in enumerate(new)
+                ],
+            )
         if changed:
             run_many(
                 UPDATE_VERDICT,
@@ -548,4 +605,4 @@ class SessionRows:
             run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        update_session(self.driver, self.session, current_turn, last_seq, prompt)
+        update_session(self.driver, self.session, current_turn, last_seq, prompt, totals)

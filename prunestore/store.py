@@ -38,7 +38,7 @@ from .model import (
     Policy,
     StoredMessage,
 )
-from .results import Delta, Explanation, GcReport, Stats, VerifyReport
+from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
@@ -394,6 +394,45 @@ class PruneStore:
         """The verdict of one message and what caused it."""
         with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
             return queries.explain(driver, session, self._session(driver, session), message_id, self.policy)
+
+    def summaries(
+        self,
+        prefix: str | None = None,
+        *,
+        idle_for: timedelta | float | None = None,
+        limit: int | None = None,
+        after: str | None = None,
+    ) -> list[SessionSummary]:
+        """`sessions`, with each session's counts: read from the session rows alone, at any session length."""
+        page = catalog.page_params(prefix, idle_for, limit, after)
+        with db.transaction(self.engine, "list sessions") as driver:
+            return catalog.list_summaries(driver, page)
+
+    def summary(self, session: str) -> SessionSummary:
+        """One session's counts, from its row alone."""
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            return queries.summary(driver, self._session(driver, session).session_id)
+
+    def window(self, session: str, *, after: int = 0, limit: int = 100) -> list[Entry]:
+        """The messages after seq `after` (at most `limit`), each with why it has its verdict.
+
+        Reads those rows (and a lookup per pruned or restored one), so a page
+        of a long session costs what the page holds.
+        """
+        catalog.check_whole("after", after, 0)
+        catalog.check_whole("limit", limit, 1)
+        with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
+            row = self._session(driver, session)
+            return queries.window(driver, session, row, after, limit, self.policy)
+
+    def history(self, session: str) -> list[HistoryPoint]:
+        """The session's tokens, in all and in the prompt, and its removal events, as each append left them.
+
+        One point per append (an import of many turns in one append is one
+        point); appends from before this was recorded are not in it.
+        """
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            return queries.history(driver, self._session(driver, session).session_id)
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""

@@ -59,6 +59,20 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
         prompt.update((m.id, m.to_message()) for m in store.messages(session, ids=delta.live_added))
         order = {m.id: i for i, m in enumerate(appended)}
         assert sorted(prompt.values(), key=lambda m: order[m.id]) == [m.to_message() for m in live]
+
+        # The session's totals, and the history point this append left, are those of the batch rerun.
+        tokens = sum(m.tokens for m in stored)
+        live_tokens = sum(m.tokens for m in stored if m.live)
+        summary = store.summary(session)
+        assert (summary.messages, summary.tokens, summary.live_tokens) == (len(stored), tokens, live_tokens)
+        if delta.appended:
+            point = store.history(session)[-1]
+            assert (point.seq, point.turn, point.tokens, point.live_tokens) == (
+                len(stored),
+                stored[-1].turn,
+                tokens,
+                live_tokens,
+            )
     if ms:
         report = store.verify(session)
         assert report.ok, report.mismatches
@@ -83,6 +97,9 @@ def test_one_batch_equals_many_small_appends(open_store, policy, data):
         store.append(single, m)
     assert stored_rows(store, whole) == stored_rows(store, single)
     assert store.verify().ok
+    assert len(store.history(whole)) == 1
+    assert [p.seq for p in store.history(single)] == list(range(1, len(ms) + 1))
+    assert store.history(whole)[-1] == store.history(single)[-1]
 
 
 def stored_rows(store, session: str) -> dict:
@@ -90,14 +107,16 @@ def stored_rows(store, session: str) -> dict:
     with store.engine.connect() as conn:
         sid, *session_row = conn.execute(
             sa.text(
-                "SELECT session_id, current_turn, last_seq, prompt_tokens, pending_tokens, events "
+                "SELECT session_id, current_turn, last_seq, prompt_tokens, pending_tokens, events, tokens, live_tokens "
                 "FROM prunestore_sessions WHERE name = :n"
             ),
             {"n": session},
         ).one()
         # `held` marks prompt messages below the session's cursor, where its last eviction walk stopped: one
         # walk over a batch and a walk per append may stop at different places, both valid (verify checks each).
-        columns = [c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo", "held")]
+        # The history columns record each append's end, which is what differs between the two.
+        left_out = ("session_id", "undo", "held", "tokens_after", "live_tokens_after", "events_after")
+        columns = [c.name for c in MESSAGES.columns if c.name not in left_out]
 
         def rows(sql: str) -> list[tuple]:
             return [tuple(r) for r in conn.execute(sa.text(sql), {"sid": sid})]

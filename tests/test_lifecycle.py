@@ -42,6 +42,18 @@ def assert_batch_state(store: PruneStore, session: str, messages: list[Message],
     }
     report = store.verify(session)
     assert report.ok, report.mismatches
+    # The session's totals are those of its messages, and the history's last point is the state now.
+    summary = store.summary(session)
+    live = {m.id for m in expected.live}
+    totals = (len(messages), sum(m.tokens for m in stored), sum(m.tokens for m in stored if m.id in live))
+    assert (summary.messages, summary.tokens, summary.live_tokens) == totals
+    history = store.history(session)
+    assert [p.seq for p in history] == sorted({p.seq for p in history})
+    if messages:
+        assert (history[-1].seq, history[-1].tokens, history[-1].live_tokens) == totals
+        assert history[-1].events == summary.events
+    else:
+        assert history == []
 
 
 def append_in_batches(store: PruneStore, session: str, data, messages: list[Message]) -> None:

@@ -141,3 +141,35 @@ def test_sessions_move_to_ids_from_their_names_and_back(store_url):
         assert {name: store.messages(name) for name in names} == before and store.verify().ok
         store.append("a", Message("later", "user", "question of b", 9))
         assert store.messages("new") == [] and store.verify().ok
+
+
+@pytest.mark.plain_tables
+def test_sessions_get_their_token_totals_and_a_first_history_point(store_url):
+    policy = Policy(budget=12, clear_at_least=4)
+    with PruneStore(store_url, policy=policy) as store:
+        for turn in range(12):
+            store.append(
+                "s",
+                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
+            )
+        store.append("empty-after-pop", Message("only", "user", "hello", 0))
+        store.pop("empty-after-pop")
+        stored = store.messages("s")
+        events = store.summary("s").events
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0007")  # before the totals and the history
+        db.upgrade(engine)
+    finally:
+        engine.dispose()
+    with PruneStore(store_url) as store:
+        summary = store.summary("s")
+        totals = (sum(m.tokens for m in stored), sum(m.tokens for m in stored if m.live))
+        assert (summary.messages, summary.tokens, summary.live_tokens) == (len(stored), *totals)
+        assert [(p.seq, p.tokens, p.live_tokens, p.events) for p in store.history("s")] == [
+            (len(stored), *totals, events)
+        ]
+        assert store.history("empty-after-pop") == [] and store.summary("empty-after-pop").tokens == 0
+        assert store.verify().ok
+        store.append("s", Message("later", "user", "question later", 20))
+        assert len(store.history("s")) == 2 and store.verify().ok

@@ -1,0 +1,175 @@
+"""The pages of ``prunestore serve``, each reading only what it shows.
+
+- ``/``: the sessions, a page of names at a time, with counts read from the
+  session rows (`PruneStore.summaries`);
+- ``/session?name=``: a window of the session as the model sees it, pruned
+  messages folded in place with their verdict and cause (`PruneStore.window`);
+- ``/message?session=&id=``: why one message has its verdict, with links;
+- ``/chart?session=``: the prompt's tokens per turn before and after pruning
+  (`PruneStore.history`), with the budget and the removal events.
+
+Names and ids travel as query parameters, so ``/``, ``?``, ``#`` and ``%``
+in them are ordinary characters. Only GET exists. Text is escaped by the
+templates, control characters are shown as symbols, and the pages carry a
+Content-Security-Policy that allows no script at all.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from urllib.parse import quote, urlencode
+
+import jinja2
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from .. import db
+from ..errors import InvalidArgumentError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
+from ..model import LIVE_VERDICTS
+from ..store import PruneStore
+from .chart import tokens_chart
+
+__all__ = ["create_app", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
+
+PAGE_SIZE = 50  # sessions per page
+WINDOW = 100  # messages per window of a session
+ROW_CHARS = 2_000  # of a message's text in a session's window
+MESSAGE_CHARS = 65_536  # on a message's page; the whole text is at /content
+
+_HEADERS = {
+    "Content-Security-Policy": "default-src 'none'; style-src 'unsafe-inline'; img-src data:; form-action 'self'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+_STATUS = {SessionNotFoundError: 404, MessageNotFoundError: 404, InvalidArgumentError: 400}
+# C0 controls and DEL as their visible symbols (U+2400 on), so NUL and friends show. Text keeps
+# its tabs and line breaks; names, ids and keys show every control, so no two look alike.
+_CONTROLS = {code: 0x2400 + code for code in range(0x20)} | {0x7F: 0x2421}
+_TEXT_CONTROLS = {code: symbol for code, symbol in _CONTROLS.items() if code not in (0x09, 0x0A)}
+
+
+def shown(text: str) -> str:
+    return text.translate(_TEXT_CONTROLS)
+
+
+def label(text: str) -> str:
+    return text.translate(_CONTROLS)
+
+
+def _url(path: str, **params: object) -> str:
+    query = urlencode({k: v for k, v in params.items() if v not in (None, "", False)}, quote_via=quote)
+    return f"{path}?{query}" if query else path
+
+
+def _when(seconds: int) -> str:
+    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if seconds else "—"
+
+
+def _window_start(seq: int) -> int:
+    """The `after` of the window holding `seq`."""
+    return (seq - 1) // WINDOW * WINDOW
+
+
+def _environment() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("prunestore.web", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+    )
+    env.filters.update(
+        shown=shown, label=label, when=_when, pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+    )
+    env.globals.update(url=_url, window_start=_window_start, live_verdicts=LIVE_VERDICTS, row_chars=ROW_CHARS)
+    return env
+
+
+def _text(request: Request, name: str) -> str:
+    value = request.query_params.get(name)
+    if not value:
+        raise HTTPException(400, f"{name}: missing")
+    return value
+
+
+def _count(request: Request, name: str, default: int = 0) -> int:
+    value = request.query_params.get(name)
+    if value is None or value == "":
+        return default
+    if not value.isascii() or not value.isdigit():
+        raise HTTPException(400, f"{name}={value!r}: must be a whole number, at least 0")
+    return int(value)
+
+
+def create_app(store: PruneStore) -> Starlette:
+    """The read-only web view of `store`, as an ASGI application (run it with uvicorn, or `prunestore serve`)."""
+    templates = Jinja2Templates(env=_environment())
+
+    def page(request: Request, template: str, code: int = 200, **context: object) -> Response:
+        response = templates.TemplateResponse(
+            request, template, {"store_url": db.shown_url(store.url), **context}, code
+        )
+        response.headers.update(_HEADERS)
+        return response
+
+    def sessions(request: Request) -> Response:
+        prefix = request.query_params.get("prefix") or None
+        after = request.query_params.get("after") or None
+        rows = store.summaries(prefix, limit=PAGE_SIZE, after=after)
+        more = rows[-1].name if len(rows) == PAGE_SIZE else None
+        return page(request, "sessions.html", rows=rows, prefix=prefix or "", after=after, more=more)
+
+    def session(request: Request) -> Response:
+        name = _text(request, "name")
+        after, everything = _count(request, "after"), request.query_params.get("show") == "all"
+        summary = store.summary(name)
+        entries = store.window(name, after=after, limit=WINDOW)
+        return page(
+            request,
+            "session.html",
+            summary=summary,
+            entries=entries,
+            after=after,
+            everything=everything,
+            window=WINDOW,
+            last_window=_window_start(max(summary.messages, 1)),
+        )
+
+    def message(request: Request) -> Response:
+        name, message_id = _text(request, "session"), _text(request, "id")
+        explanation = store.explain(name, message_id)
+        (stored,) = store.messages(name, ids=[message_id])
+        return page(request, "message.html", session=name, m=stored, why=explanation, limit=MESSAGE_CHARS)
+
+    def content(request: Request) -> Response:
+        name, message_id = _text(request, "session"), _text(request, "id")
+        (stored,) = store.messages(name, ids=[message_id])
+        return PlainTextResponse(stored.content, headers=_HEADERS)
+
+    def chart(request: Request) -> Response:
+        name = _text(request, "session")
+        summary = store.summary(name)
+        drawn = tokens_chart(store.history(name), store.policy.budget)
+        return page(request, "chart.html", summary=summary, chart=drawn, budget=store.policy.budget)
+
+    def failed(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, HTTPException):
+            status, detail = exc.status_code, str(exc.detail)
+        else:
+            status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 500)
+            detail = str(exc)
+        return page(request, "error.html", status, status=status, detail=detail)
+
+    return Starlette(
+        routes=[
+            Route("/", sessions, methods=["GET"]),
+            Route("/session", session, methods=["GET"]),
+            Route("/message", message, methods=["GET"]),
+            Route("/content", content, methods=["GET"]),
+            Route("/chart", chart, methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: failed, PruneStoreError: failed},
+    )

@@ -1,0 +1,268 @@
+"""The web view (`prunestore serve`) driven in a real headless Chromium, as an operator would use it.
+
+The server runs as the command, in its own process, on stores filled by the
+demo, under a budget, and with hostile names and content. Each test checks
+what a person would see against the store's own answers (`messages`, `live`,
+`explain`, `history`), and leaves a screenshot of the page it looked at.
+"""
+
+from __future__ import annotations
+
+import urllib.request
+from urllib.parse import quote, urlencode
+
+import pytest
+from selenium.common.exceptions import NoAlertPresentException
+from selenium.webdriver.common.by import By
+from selenium.webdriver.common.keys import Keys
+from webpages import chromium, screenshot_dir, serving
+
+from prunestore import Message, Policy, PruneStore
+from prunestore.demo import run_demo
+from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, ROW_CHARS
+from prunestore.web.chart import per_turn
+from prunestore.workloads import generate
+
+ROWS = """return Array.from(document.querySelectorAll('#messages .msg')).map(e => ({
+    seq: Number(e.dataset.seq), verdict: e.dataset.verdict, role: e.querySelector('.role').textContent,
+    id: e.querySelector('.id').textContent, text: e.querySelector('.text').textContent,
+    shown: e.querySelector('.text').checkVisibility()}))"""
+
+
+@pytest.fixture(scope="module")
+def browser():
+    driver = chromium()
+    yield driver
+    driver.quit()
+
+
+@pytest.fixture(scope="module")
+def shots(tmp_path_factory):
+    return screenshot_dir(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    """A SQLite store filled by the demo (each workload at 50 and 200 turns), served; yields (store, address)."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('demo') / 'demo.db'}"
+    with PruneStore(url) as store:
+        for _ in run_demo(store, sizes=(50, 200)):
+            pass
+        with serving(url) as (base, _):
+            yield store, base
+
+
+def session_url(base: str, name: str, **params: object) -> str:
+    return f"{base}/session?{urlencode({'name': name, **params}, quote_via=quote)}"
+
+
+def read_session(browser) -> list[dict]:
+    """Every row of the session open in the browser, following its "next" links to the end."""
+    rows: list[dict] = []
+    while True:
+        rows += browser.execute_script(ROWS)
+        following = browser.find_elements(By.ID, "next")
+        if not following:
+            return rows
+        following[0].click()
+
+
+def no_alert(browser) -> None:
+    with pytest.raises(NoAlertPresentException):
+        browser.switch_to.alert  # noqa: B018 (the property raises when no dialog is open)
+
+
+@pytest.mark.parametrize("name", ["agent-200", "rag-200", "chat-50"])
+def test_session_view_rows_and_verdicts_equal_messages_and_live(demo, browser, shots, name):
+    store, base = demo
+    browser.get(base + "/")
+    browser.find_element(By.LINK_TEXT, name).click()
+    assert browser.find_element(By.ID, "session-name").text == name
+    browser.save_screenshot(str(shots / f"session-{name}.png"))
+    rows = read_session(browser)
+    stored = store.messages(name)
+    assert [(r["seq"], r["id"], r["role"], r["verdict"]) for r in rows] == [
+        (m.seq, m.id, m.role, m.verdict) for m in stored
+    ]
+    # As the model sees it: the text of live messages shows, pruned ones are folded.
+    assert [r["id"] for r in rows if r["shown"]] == [m.id for m in store.live(name)]
+
+    browser.get(session_url(base, name))
+    browser.find_element(By.ID, "toggle").click()  # show everything
+    everything = read_session(browser)
+    assert all(r["shown"] for r in everything)
+    assert [r["text"] for r in everything] == [m.content[:ROW_CHARS] for m in stored]
+
+
+def test_a_restored_message_links_to_its_explanation_and_on(demo, browser, shots):
+    store, base = demo
+    name = "agent-200"
+    restored = next(m for m in store.messages(name) if m.verdict == "restored")
+    why = store.explain(name, restored.id)
+    assert why.needed_by
+    browser.get(session_url(base, name, after=(restored.seq - 1) // 100 * 100))
+    row = browser.find_element(By.ID, f"m{restored.seq}")
+    assert "restored: it defines" in row.text
+    row.find_element(By.CSS_SELECTOR, "a.why").click()  # "... which live messages refer to"
+    assert browser.find_element(By.ID, "message-id").text == restored.id
+    browser.save_screenshot(str(shots / "message-restored.png"))
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#needed-by a")] == list(why.needed_by)
+    assert browser.find_element(By.ID, "needed-for").text == ", ".join(why.needed_for)
+    superseded_by = browser.find_elements(By.CSS_SELECTOR, "#superseded-by a")
+    assert [a.text for a in superseded_by] == ([why.superseded_by] if why.superseded_by else [])
+
+    browser.find_element(By.CSS_SELECTOR, "#needed-by a").click()
+    assert browser.find_element(By.ID, "message-id").text == why.needed_by[0]
+    user = store.messages(name, ids=[why.needed_by[0]])[0]
+    assert browser.find_element(By.CSS_SELECTOR, "h1 .verdict").text == user.verdict
+    browser.find_element(By.ID, "back").click()  # to the window holding it
+    assert browser.find_element(By.ID, f"m{user.seq}").get_attribute("data-verdict") == user.verdict
+
+
+def test_a_superseded_and_a_duplicate_message_link_to_their_cause(demo, browser):
+    store, base = demo
+    stored = store.messages("rag-200") + store.messages("agent-200")
+    for verdict, field, css in (
+        ("superseded", "superseded_by", "#superseded-by a"),
+        ("duplicate", "duplicate_of", "#duplicate-of a"),
+    ):
+        message = next(m for m in stored if m.verdict == verdict)
+        session = "rag-200" if message in store.messages("rag-200") else "agent-200"
+        cause = getattr(store.explain(session, message.id), field)
+        browser.get(f"{base}/message?{urlencode({'session': session, 'id': message.id}, quote_via=quote)}")
+        browser.find_element(By.CSS_SELECTOR, css).click()
+        assert browser.find_element(By.ID, "message-id").text == cause
+
+
+def test_the_chart_has_one_point_per_turn(demo, browser, shots):
+    store, base = demo
+    name = "agent-200"
+    browser.get(session_url(base, name))
+    browser.find_element(By.ID, "chart").click()
+    browser.save_screenshot(str(shots / "chart.png"))
+    stored = store.messages(name)
+    turns = sorted({m.turn for m in stored})
+    points = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart circle.point")
+    assert [int(p.get_attribute("data-turn")) for p in points] == turns
+    for line in ("before", "after"):
+        assert len(browser.find_element(By.ID, line).get_attribute("points").split()) == len(turns)
+    summary = store.summary(name)
+    last = points[-1]
+    assert (int(last.get_attribute("data-tokens")), int(last.get_attribute("data-live-tokens"))) == (
+        summary.tokens,
+        summary.live_tokens,
+    )
+    # Each turn's point is the prompt after that turn: the tokens of the messages live then.
+    assert [int(p.get_attribute("data-live-tokens")) for p in points] == [
+        p.live_tokens for p in per_turn(store.history(name))
+    ]
+    assert not browser.find_elements(By.ID, "budget")
+
+
+def test_the_sessions_page_lists_counts_and_searches_by_prefix(demo, browser, shots):
+    store, base = demo
+    browser.get(base + "/")
+    browser.save_screenshot(str(shots / "sessions.png"))
+    rows = browser.find_elements(By.CSS_SELECTOR, "#sessions tr.session")
+    shown = [[td.text for td in row.find_elements(By.TAG_NAME, "td")][:5] for row in rows]
+    assert shown == [
+        [s.name, f"{s.messages:,}", f"{s.tokens:,}", f"{s.live_tokens:,}", f"{s.reduction:.1%}"]
+        for s in store.summaries()
+    ]
+    search = browser.find_element(By.NAME, "prefix")
+    search.send_keys("rag", Keys.ENTER)
+    names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions td.name a")]
+    assert names == store.sessions("rag") == ["rag-200", "rag-50"]
+
+
+def test_a_budget_shows_its_line_and_removal_events(tmp_path, browser, shots):
+    url = f"sqlite:///{tmp_path / 'budget.db'}"
+    with PruneStore(url, policy=Policy(budget=6000, clear_at_least=3000)) as store:
+        for messages in generate("agent", 120).by_turn():
+            store.append("agent", messages)
+        history = per_turn(store.history("agent"))
+        stored = store.messages("agent")
+    event_turns = [b.turn for a, b in zip(history, history[1:], strict=False) if b.events > a.events]
+    assert event_turns  # the workload outgrows the budget
+    with serving(url) as (base, _):
+        browser.get(f"{base}/chart?session=agent")
+        browser.save_screenshot(str(shots / "chart-budget.png"))
+        assert browser.find_elements(By.ID, "budget")
+        events = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart line.event")
+        assert [int(e.get_attribute("data-turn")) for e in events] == [t for t in event_turns if t != history[0].turn]
+        browser.get(session_url(base, "agent"))
+        rows = read_session(browser)
+    assert [(r["id"], r["verdict"]) for r in rows] == [(m.id, m.verdict) for m in stored]
+    verdicts = {r["verdict"] for r in rows}
+    assert {"evicted", "pending"} <= verdicts  # the budget's own verdicts show
+    # Evicted messages are out of the prompt, so folded; pending ones are still in it.
+    assert all(not r["shown"] for r in rows if r["verdict"] == "evicted")
+    assert all(r["shown"] for r in rows if r["verdict"] == "pending")
+
+
+HOSTILE_NAMES = ["a/b?c#d%e", "100% & more", "<b>bold</b>", "שלום עולם", "x=1&y=2", "..", "%2F", "tab\there"]
+SCRIPT = "<script>alert('pwned')</script><img src=x onerror=\"alert('img')\">"
+
+
+def hostile_messages() -> list[Message]:
+    return [
+        Message("html", "user", SCRIPT, turn=1),
+        Message("nul", "user", "before\x00after", turn=1),
+        Message("big", "tool_output", "x" * (1024 * 1024), turn=2, tool_key="big"),
+        Message("rtl", "assistant", "\u202e" + "טקסט מימין לשמאל " * 50, turn=2),
+        Message(
+            "<i>id</i>", "user", "an id with markup", turn=3, metadata={"note": "</script><script>alert(1)</script>"}
+        ),
+        Message("big2", "tool_output", "superseding", turn=3, tool_key="big"),
+    ]
+
+
+def test_hostile_names_and_content_render_escaped_and_stay_usable(tmp_path, browser, shots):
+    url = f"sqlite:///{tmp_path / 'hostile.db'}"
+    with PruneStore(url) as store:
+        for name in HOSTILE_NAMES:
+            store.append(name, hostile_messages())
+        for i in range(PAGE_SIZE + 5):  # more than a page
+            store.append(f"filler-{i:03}", [Message("m", "user", "hello", turn=0)])
+        names = store.sessions()
+    with serving(url) as (base, _):
+        browser.get(base + "/")
+        seen: list[str] = []
+        while True:
+            seen += [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions td.name a")]
+            following = browser.find_elements(By.ID, "next")
+            if not following:
+                break
+            following[0].click()
+        assert seen == [n.replace("\t", "\u2409") for n in names]
+
+        for name in HOSTILE_NAMES:
+            browser.get(base + "/?" + urlencode({"prefix": name}, quote_via=quote))
+            browser.find_element(By.CSS_SELECTOR, "#sessions td.name a").click()
+            no_alert(browser)
+            assert browser.find_element(By.ID, "session-name").text == name.replace("\t", "\u2409")
+            rows = browser.execute_script(ROWS)
+            assert [r["id"] for r in rows] == [m.id for m in hostile_messages()]
+            text = {r["id"]: r["text"] for r in rows}
+            assert text["html"] == SCRIPT
+            assert text["nul"] == "before\u2400after"
+            assert len(text["big"]) == ROW_CHARS
+            assert browser.execute_script("return document.querySelectorAll('script, img').length") == 0
+            width = browser.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+            assert width[0] <= width[1]  # nothing pushes the page sideways
+        browser.save_screenshot(str(shots / "session-hostile.png"))
+
+        name = HOSTILE_NAMES[0]
+        browser.find_element(By.LINK_TEXT, "#3").click()  # the 1 MiB message
+        assert len(browser.find_element(By.ID, "content").text) == MESSAGE_CHARS
+        whole = browser.find_element(By.ID, "whole").get_attribute("href")
+        with urllib.request.urlopen(whole) as response:
+            assert response.read().decode() == "x" * (1024 * 1024)
+        browser.back()
+        browser.find_element(By.LINK_TEXT, "#5").click()  # an id and metadata with markup
+        no_alert(browser)
+        assert browser.find_element(By.ID, "message-id").text == "<i>id</i>"
+        assert "</script><script>alert(1)</script>" in browser.find_element(By.ID, "fields").text
+        browser.save_screenshot(str(shots / "message-hostile.png"))
+        browser.get(f"{base}/chart?{urlencode({'session': name}, quote_via=quote)}")
+        assert browser.find_element(By.CSS_SELECTOR, "h1 bdi").text == name

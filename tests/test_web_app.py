@@ -1,0 +1,122 @@
+"""The web view's application on every backend, in process: pages, errors, headers, and the reads behind them.
+
+The browser tests (test_web.py) look at the pages as a person would on
+SQLite; these check that each page answers the same on PostgreSQL and on
+partitioned tables, and that nothing but reading is possible.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+from starlette.testclient import TestClient
+from webpages import serving
+
+from prunestore import InvalidArgumentError, Message
+from prunestore.cli import main
+from prunestore.cli.serve import is_loopback
+from prunestore.web import create_app
+from prunestore.web.app import WINDOW
+from prunestore.workloads import generate
+
+NAME = "team/a?b#c%d"
+
+
+@pytest.fixture
+def filled(store):
+    for messages in generate("agent", 60).by_turn():
+        store.append(NAME, messages)
+    store.append(NAME, Message("nul", "user", "a\x00b <script>x</script>", 61))
+    return store
+
+
+def test_every_page_answers_and_matches_the_store(filled):
+    client = TestClient(create_app(filled))
+    stored = filled.messages(NAME)
+    page = client.get("/", params={"prefix": "team/"})
+    assert page.status_code == 200 and "team/a?b#c%d" in page.text
+    windows = [client.get("/session", params={"name": NAME, "after": after}) for after in range(0, len(stored), WINDOW)]
+    rows = [row for w in windows for row in re.findall(r'data-seq="(\d+)" data-verdict="(\w+)"', w.text)]
+    assert [(int(seq), verdict) for seq, verdict in rows] == [(m.seq, m.verdict) for m in stored]
+    last = stored[-1]
+    message = client.get("/message", params={"session": NAME, "id": last.id})
+    assert message.status_code == 200 and "a\u2400b &lt;script&gt;x&lt;/script&gt;" in message.text
+    assert "<script>" not in message.text
+    content = client.get("/content", params={"session": NAME, "id": last.id})
+    assert content.text == "a\x00b <script>x</script>" and content.headers["content-type"].startswith("text/plain")
+    chart = client.get("/chart", params={"session": NAME})
+    assert chart.text.count('class="point"') == len({m.turn for m in stored})
+    for response in (page, *windows, message, content, chart):
+        assert "script-src" not in response.headers["content-security-policy"]  # default-src 'none': no script
+        assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_reads_behind_the_pages(filled):
+    stored = filled.messages(NAME)
+    entries = filled.window(NAME, after=10, limit=25)
+    assert [e.message for e in entries] == stored[10:35]
+    for entry in entries:
+        why = filled.explain(NAME, entry.message.id)
+        assert entry.explanation == dataclasses.replace(why, needed_by=())
+    assert filled.window(NAME, after=len(stored)) == []
+    assert [s.name for s in filled.summaries(limit=5)] == filled.sessions(limit=5)
+    for field, kwargs in (("after", {"after": -1}), ("limit", {"limit": 0}), ("after", {"after": "3"})):
+        with pytest.raises(InvalidArgumentError, match=f"^{field}="):
+            filled.window(NAME, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("path", "status"),
+    [
+        ("/session?name=nobody", 404),
+        ("/message?session=nobody&id=x", 404),
+        (f"/message?session={NAME.replace('?', '%3F').replace('#', '%23').replace('%d', '%25d')}&id=nothing", 404),
+        ("/chart?session=nobody", 404),
+        ("/session", 400),
+        ("/session?name=x&after=-1", 400),
+        ("/session?name=x&after=%C2%B2", 400),
+    ],
+)
+def test_errors_are_pages_with_a_status(filled, path, status):
+    response = TestClient(create_app(filled)).get(path)
+    assert response.status_code == status
+    assert 'id="error"' in response.text
+
+
+def test_nothing_can_be_written(filled):
+    client = TestClient(create_app(filled))
+    before = filled.messages(NAME)
+    for method in ("POST", "PUT", "PATCH", "DELETE"):
+        for path in ("/", "/session", "/message", "/content", "/chart"):
+            assert client.request(method, path, params={"name": NAME}).status_code == 405
+    assert filled.messages(NAME) == before
+
+
+def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
+    assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
+    assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
+    url = f"sqlite:///{tmp_path / 'store.db'}"
+    with serving(url) as (_, process):
+        pass
+    assert "WARNING" not in process.stderr.read()
+    with serving(url, "--host", "0.0.0.0") as (_, process):
+        pass
+    said = process.stderr.read()
+    assert "WARNING: listening on 0.0.0.0" in said and "no login" in said
+
+
+def test_serve_without_the_web_extra_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if it were not installed
+    result = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path / 's.db'}", "serve"])
+    assert result.exit_code == 1
+    assert "pip install 'prunestore[web]'" in result.output
+
+
+def test_serve_has_help():
+    result = subprocess.run([sys.executable, "-m", "prunestore.cli", "serve", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--host" in result.stdout and "read-only" in result.stdout
