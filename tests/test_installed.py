@@ -21,7 +21,7 @@ import pytest
 from conftest import INSTALLED_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-INTEGRATION_TESTS = ["test_examples.py", "test_langchain.py", "test_openai_agents.py"]
+INTEGRATION_TESTS = ["test_examples.py", "test_langchain.py", "test_openai_agents.py", "test_web_app.py", "test_web.py"]
 
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite]
 
@@ -74,12 +74,13 @@ def test_the_wheel_holds_every_module_of_the_source_tree(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     sources = [p.relative_to(ROOT).as_posix() for p in (ROOT / "prunestore").rglob("*.py")]
     migrations = ["prunestore/" + p.relative_to(ROOT).as_posix() for p in (ROOT / "migrations").rglob("*.py")]
-    missing = [name for name in sources + migrations + ["prunestore/py.typed"] if name not in names]
+    templates = [p.relative_to(ROOT).as_posix() for p in (ROOT / "prunestore" / "web" / "templates").iterdir()]
+    missing = [name for name in sources + migrations + templates + ["prunestore/py.typed"] if name not in names]
     assert not missing, f"left out of the wheel: {missing}"
 
 
 def test_examples_and_integrations_run_on_the_installed_wheel(installed, tmp_path):
-    """The integration tests and every example (test_examples runs them), from a copy outside the source tree."""
+    """The integration tests, the web view and every example (test_examples runs them), outside the source tree."""
     copy = tmp_path / "outside"
     shutil.copytree(ROOT / "tests", copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "examples", copy / "examples", ignore=shutil.ignore_patterns("__pycache__", "*.db*"))

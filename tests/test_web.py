@@ -9,13 +9,14 @@ what a person would see against the store's own answers (`messages`, `live`,
 from __future__ import annotations
 
 import urllib.request
+from itertools import pairwise
 from urllib.parse import quote, urlencode
 
 import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
-from webpages import chromium, screenshot_dir, serving
+from webpages import chromium, follow, navigation, screenshot_dir, serving
 
 from prunestore import Message, Policy, PruneStore
 from prunestore.demo import run_demo
@@ -64,7 +65,7 @@ def read_session(browser) -> list[dict]:
         following = browser.find_elements(By.ID, "next")
         if not following:
             return rows
-        following[0].click()
+        follow(browser, following[0])
 
 
 def no_alert(browser) -> None:
@@ -76,7 +77,7 @@ def no_alert(browser) -> None:
 def test_session_view_rows_and_verdicts_equal_messages_and_live(demo, browser, shots, name):
     store, base = demo
     browser.get(base + "/")
-    browser.find_element(By.LINK_TEXT, name).click()
+    follow(browser, browser.find_element(By.LINK_TEXT, name))
     assert browser.find_element(By.ID, "session-name").text == name
     browser.save_screenshot(str(shots / f"session-{name}.png"))
     rows = read_session(browser)
@@ -88,7 +89,7 @@ def test_session_view_rows_and_verdicts_equal_messages_and_live(demo, browser, s
     assert [r["id"] for r in rows if r["shown"]] == [m.id for m in store.live(name)]
 
     browser.get(session_url(base, name))
-    browser.find_element(By.ID, "toggle").click()  # show everything
+    follow(browser, browser.find_element(By.ID, "toggle"))  # show everything
     everything = read_session(browser)
     assert all(r["shown"] for r in everything)
     assert [r["text"] for r in everything] == [m.content[:ROW_CHARS] for m in stored]
@@ -103,7 +104,7 @@ def test_a_restored_message_links_to_its_explanation_and_on(demo, browser, shots
     browser.get(session_url(base, name, after=(restored.seq - 1) // 100 * 100))
     row = browser.find_element(By.ID, f"m{restored.seq}")
     assert "restored: it defines" in row.text
-    row.find_element(By.CSS_SELECTOR, "a.why").click()  # "... which live messages refer to"
+    follow(browser, row.find_element(By.CSS_SELECTOR, "a.why"))  # "... which live messages refer to"
     assert browser.find_element(By.ID, "message-id").text == restored.id
     browser.save_screenshot(str(shots / "message-restored.png"))
     assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#needed-by a")] == list(why.needed_by)
@@ -111,11 +112,11 @@ def test_a_restored_message_links_to_its_explanation_and_on(demo, browser, shots
     superseded_by = browser.find_elements(By.CSS_SELECTOR, "#superseded-by a")
     assert [a.text for a in superseded_by] == ([why.superseded_by] if why.superseded_by else [])
 
-    browser.find_element(By.CSS_SELECTOR, "#needed-by a").click()
+    follow(browser, browser.find_element(By.CSS_SELECTOR, "#needed-by a"))
     assert browser.find_element(By.ID, "message-id").text == why.needed_by[0]
     user = store.messages(name, ids=[why.needed_by[0]])[0]
     assert browser.find_element(By.CSS_SELECTOR, "h1 .verdict").text == user.verdict
-    browser.find_element(By.ID, "back").click()  # to the window holding it
+    follow(browser, browser.find_element(By.ID, "back"))  # to the window holding it
     assert browser.find_element(By.ID, f"m{user.seq}").get_attribute("data-verdict") == user.verdict
 
 
@@ -130,7 +131,7 @@ def test_a_superseded_and_a_duplicate_message_link_to_their_cause(demo, browser)
         session = "rag-200" if message in store.messages("rag-200") else "agent-200"
         cause = getattr(store.explain(session, message.id), field)
         browser.get(f"{base}/message?{urlencode({'session': session, 'id': message.id}, quote_via=quote)}")
-        browser.find_element(By.CSS_SELECTOR, css).click()
+        follow(browser, browser.find_element(By.CSS_SELECTOR, css))
         assert browser.find_element(By.ID, "message-id").text == cause
 
 
@@ -138,7 +139,7 @@ def test_the_chart_has_one_point_per_turn(demo, browser, shots):
     store, base = demo
     name = "agent-200"
     browser.get(session_url(base, name))
-    browser.find_element(By.ID, "chart").click()
+    follow(browser, browser.find_element(By.ID, "chart"))
     browser.save_screenshot(str(shots / "chart.png"))
     stored = store.messages(name)
     turns = sorted({m.turn for m in stored})
@@ -170,7 +171,8 @@ def test_the_sessions_page_lists_counts_and_searches_by_prefix(demo, browser, sh
         for s in store.summaries()
     ]
     search = browser.find_element(By.NAME, "prefix")
-    search.send_keys("rag", Keys.ENTER)
+    with navigation(browser):
+        search.send_keys("rag", Keys.ENTER)
     names = [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#sessions td.name a")]
     assert names == store.sessions("rag") == ["rag-200", "rag-50"]
 
@@ -182,7 +184,7 @@ def test_a_budget_shows_its_line_and_removal_events(tmp_path, browser, shots):
             store.append("agent", messages)
         history = per_turn(store.history("agent"))
         stored = store.messages("agent")
-    event_turns = [b.turn for a, b in zip(history, history[1:], strict=False) if b.events > a.events]
+    event_turns = [b.turn for a, b in pairwise(history) if b.events > a.events]
     assert event_turns  # the workload outgrows the budget
     with serving(url) as (base, _):
         browser.get(f"{base}/chart?session=agent")
@@ -233,12 +235,12 @@ def test_hostile_names_and_content_render_escaped_and_stay_usable(tmp_path, brow
             following = browser.find_elements(By.ID, "next")
             if not following:
                 break
-            following[0].click()
+            follow(browser, following[0])
         assert seen == [n.replace("\t", "\u2409") for n in names]
 
         for name in HOSTILE_NAMES:
             browser.get(base + "/?" + urlencode({"prefix": name}, quote_via=quote))
-            browser.find_element(By.CSS_SELECTOR, "#sessions td.name a").click()
+            follow(browser, browser.find_element(By.CSS_SELECTOR, "#sessions td.name a"))
             no_alert(browser)
             assert browser.find_element(By.ID, "session-name").text == name.replace("\t", "\u2409")
             rows = browser.execute_script(ROWS)
@@ -253,13 +255,14 @@ def test_hostile_names_and_content_render_escaped_and_stay_usable(tmp_path, brow
         browser.save_screenshot(str(shots / "session-hostile.png"))
 
         name = HOSTILE_NAMES[0]
-        browser.find_element(By.LINK_TEXT, "#3").click()  # the 1 MiB message
+        follow(browser, browser.find_element(By.LINK_TEXT, "#3"))  # the 1 MiB message
         assert len(browser.find_element(By.ID, "content").text) == MESSAGE_CHARS
         whole = browser.find_element(By.ID, "whole").get_attribute("href")
         with urllib.request.urlopen(whole) as response:
             assert response.read().decode() == "x" * (1024 * 1024)
-        browser.back()
-        browser.find_element(By.LINK_TEXT, "#5").click()  # an id and metadata with markup
+        with navigation(browser):
+            browser.back()
+        follow(browser, browser.find_element(By.LINK_TEXT, "#5"))  # an id and metadata with markup
         no_alert(browser)
         assert browser.find_element(By.ID, "message-id").text == "<i>id</i>"
         assert "</script><script>alert(1)</script>" in browser.find_element(By.ID, "fields").text

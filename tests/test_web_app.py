@@ -11,6 +11,7 @@ import dataclasses
 import re
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
 from click.testing import CliRunner
@@ -20,8 +21,10 @@ from webpages import serving
 from prunestore import InvalidArgumentError, Message
 from prunestore.cli import main
 from prunestore.cli.serve import is_loopback
+from prunestore.results import HistoryPoint
 from prunestore.web import create_app
 from prunestore.web.app import WINDOW
+from prunestore.web.chart import MOST_POINTS, per_turn, thinned, tokens_chart
 from prunestore.workloads import generate
 
 NAME = "team/a?b#c%d"
@@ -120,3 +123,19 @@ def test_serve_without_the_web_extra_says_how_to_get_it(tmp_path, monkeypatch):
 def test_serve_has_help():
     result = subprocess.run([sys.executable, "-m", "prunestore.cli", "serve", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--host" in result.stdout and "read-only" in result.stdout
+
+
+def test_the_chart_takes_the_last_point_of_each_turn_and_thins_only_what_one_pixel_hides():
+    points = [HistoryPoint(seq, seq // 3, seq * 10, seq * 10 % 997, seq // 50) for seq in range(1, 30_000)]
+    turns = per_turn(points)
+    assert [p.turn for p in turns] == sorted({p.turn for p in points})
+    assert all(p.seq == max(q.seq for q in points if q.turn == p.turn) for p in turns[:50])
+    assert thinned(turns[:MOST_POINTS], 100) == turns[:MOST_POINTS]  # few enough: every turn
+    kept = thinned(turns, 100)
+    assert len(kept) <= 4 * 101 and kept[0] == turns[0] and kept[-1] == turns[-1]
+    assert [p.seq for p in kept] == sorted({p.seq for p in kept})
+    assert max(p.live_tokens for p in kept) == max(p.live_tokens for p in turns)
+    assert min(p.live_tokens for p in kept) == min(p.live_tokens for p in turns)
+    chart = tokens_chart(points, budget=5000)
+    assert chart.turn_count == len(turns) and len(chart.after.split()) == len(chart.turns) < len(turns)
+    assert [turn for _, turn, _ in chart.events] == [b.turn for a, b in pairwise(turns) if b.events > a.events]

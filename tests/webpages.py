@@ -71,6 +71,24 @@ def chromium():
     return webdriver.Chrome(service=Service(driver), options=options)
 
 
+@contextmanager
+def navigation(browser):
+    """Wait, after the block, until the next page has replaced the one open before it."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support import expected_conditions
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    page = browser.find_element(By.TAG_NAME, "main")
+    yield
+    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+
+
+def follow(browser, link) -> None:
+    """Click a link and wait for the page it leads to."""
+    with navigation(browser):
+        link.click()
+
+
 def screenshot_dir(tmp_path_factory) -> Path:
     """Where the run leaves a screenshot of each page: $PRUNESTORE_SCREENSHOTS, or the run's temporary folder."""
     where = Path(os.environ.get(SCREENSHOTS_ENV) or tmp_path_factory.mktemp("screenshots"))

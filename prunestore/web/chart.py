@@ -8,13 +8,16 @@ turn stored inside a larger append (an import) has no point of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import groupby
 
 from ..results import HistoryPoint
 
-__all__ = ["Chart", "Tick", "per_turn", "tokens_chart"]
+__all__ = ["Chart", "Tick", "per_turn", "thinned", "tokens_chart", "MOST_POINTS"]
 
 WIDTH, HEIGHT = 960, 360
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 16, 40
+# Beyond this many turns several fall on one pixel: each column keeps only the points that shape it.
+MOST_POINTS = 5000
 
 
 @dataclass(frozen=True)
@@ -27,9 +30,11 @@ class Tick:
 class Chart:
     width: int
     height: int
-    turns: tuple[HistoryPoint, ...]  # one per turn, in order
-    before: tuple[tuple[float, float], ...]  # (x, y) per turn: every token stored
-    after: tuple[tuple[float, float], ...]  # (x, y) per turn: the tokens in the prompt
+    turns: tuple[HistoryPoint, ...]  # one per turn, in order (thinned beyond `MOST_POINTS` turns)
+    turn_count: int
+    before: str  # SVG polyline points, one per turn: every token stored
+    after: str  # the same, of the tokens in the prompt
+    after_xy: tuple[tuple[float, float], ...]
     events: tuple[tuple[float, int, int], ...]  # (x, turn, events that turn) where removal events happened
     budget_y: float | None
     x_ticks: tuple[Tick, ...]
@@ -45,6 +50,31 @@ def per_turn(points: list[HistoryPoint]) -> list[HistoryPoint]:
     return list(last.values())
 
 
+def thinned(turns: list[HistoryPoint], columns: int) -> list[HistoryPoint]:
+    """Per pixel column, the first and last turn and those with the fewest and most tokens in the prompt.
+
+    What a line through every turn would draw at this width, in far fewer
+    points (the budget's sawtooth keeps its peaks and troughs).
+    """
+    if len(turns) <= MOST_POINTS:
+        return turns
+    first, span = turns[0].turn, max(turns[-1].turn - turns[0].turn, 1)
+    kept: list[HistoryPoint] = []
+    for _, group in groupby(turns, key=lambda p: (p.turn - first) * columns // span):
+        column = list(group)
+        shaping = (column[0], min(column, key=_live), max(column, key=_live), column[-1])
+        kept += sorted({p.seq: p for p in shaping}.values(), key=_seq)
+    return kept
+
+
+def _live(point: HistoryPoint) -> int:
+    return point.live_tokens
+
+
+def _seq(point: HistoryPoint) -> int:
+    return point.seq
+
+
 def _nice(top: float) -> float:
     """A round number at or above `top` for the axis's end, so its quarters are round too."""
     scale = 10 ** (len(str(int(top))) - 1)
@@ -52,38 +82,40 @@ def _nice(top: float) -> float:
 
 
 def tokens_chart(points: list[HistoryPoint], budget: int | None) -> Chart:
-    turns = per_turn(points)
     left, top, right, bottom = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
-    highest = max([p.tokens for p in turns] + [budget or 0, 1])
-    y_end = _nice(highest)
+    every_turn = per_turn(points)
+    turns = thinned(every_turn, right - left)
+    y_end = _nice(max([p.tokens for p in turns] + [budget or 0, 1]))
     first = turns[0].turn if turns else 0
     last = turns[-1].turn if turns else 1
-    span = max(last - first, 1)
+    x_scale, y_scale = (right - left) / max(last - first, 1), (bottom - top) / y_end
 
     def x(turn: int) -> float:
-        return round(left + (turn - first) * (right - left) / span, 1)
+        return round(left + (turn - first) * x_scale, 1)
 
     def y(tokens: int) -> float:
-        return round(bottom - tokens * (bottom - top) / y_end, 1)
+        return round(bottom - tokens * y_scale, 1)
 
+    xs = [x(p.turn) for p in turns]
+    after = tuple(zip(xs, [y(p.live_tokens) for p in turns], strict=True))
     events = []
     previous = 0
-    for p in turns:
+    for p in every_turn:
         if p.events > previous:
             events.append((x(p.turn), p.turn, p.events - previous))
         previous = p.events
-    step = max(1, span // 8)
-    x_ticks = tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step))
-    y_ticks = tuple(Tick(y(round(y_end * i / 4)), f"{round(y_end * i / 4):,}") for i in range(5))
+    step = max(1, (last - first) // 8)
     return Chart(
         width=WIDTH,
         height=HEIGHT,
         turns=tuple(turns),
-        before=tuple((x(p.turn), y(p.tokens)) for p in turns),
-        after=tuple((x(p.turn), y(p.live_tokens)) for p in turns),
+        turn_count=len(every_turn),
+        before=" ".join(f"{at},{y(p.tokens)}" for at, p in zip(xs, turns, strict=True)),
+        after=" ".join(f"{at},{b}" for at, b in after),
+        after_xy=after,
         events=tuple(events),
         budget_y=y(budget) if budget is not None else None,
-        x_ticks=x_ticks,
-        y_ticks=y_ticks,
+        x_ticks=tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step)),
+        y_ticks=tuple(Tick(y(round(y_end * i / 4)), f"{round(y_end * i / 4):,}") for i in range(5)),
         plot=(left, top, right, bottom),
     )
