@@ -8,6 +8,7 @@ partitioned tables, and that nothing but reading is possible.
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 import subprocess
 import sys
@@ -107,10 +108,15 @@ def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
     with serving(url) as (_, process):
         pass
     assert "WARNING" not in process.stderr.read()
-    with serving(url, "--host", "0.0.0.0") as (_, process):
-        pass
+    with serving(url, "--host", "0.0.0.0", "--json") as (base, process):
+        port = base.rsplit(":", 1)[1]
     said = process.stderr.read()
     assert "WARNING: listening on 0.0.0.0" in said and "no login" in said
+    assert json.loads(process.stdout.read()) == {
+        "store": url,
+        "address": f"http://0.0.0.0:{port}/",
+        "read_only": True,
+    }
 
 
 def test_serve_without_the_web_extra_says_how_to_get_it(tmp_path, monkeypatch):

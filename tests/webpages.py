@@ -30,6 +30,7 @@ def serving(url: str, *args: str):
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "prunestore.cli", "--db", url, "serve", "--port", str(port), *args],
+        stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )

@@ -8,7 +8,7 @@ import click
 
 from .. import db
 from ..store import PruneStore
-from .common import command, main
+from .common import command, echo_json, main
 
 
 def is_loopback(host: str) -> bool:
@@ -21,17 +21,18 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-@command(main, as_json=False)
+@command(main)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
-@click.option("--port", default=8000, show_default=True, type=click.IntRange(0, 65535), help="Port to listen on.")
-def serve(ctx: click.Context, host: str, port: int) -> None:
+@click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+def serve(ctx: click.Context, host: str, port: int, as_json: bool) -> None:
     """A read-only web view of the store's sessions, at http://HOST:PORT/.
 
     Pages list the sessions, show one as the model sees it (pruned messages
     folded in place, with why), explain a message, and chart the prompt's
     tokens per turn. Nothing can be written through it, and it asks for no
     login: it listens on this machine only unless --host says otherwise.
-    Needs the web extra: pip install 'prunestore[web]'.
+    Needs the web extra: pip install 'prunestore[web]'. With --json, the
+    store and the address are printed as one JSON object before serving.
     """
     try:
         import uvicorn
@@ -50,8 +51,11 @@ def serve(ctx: click.Context, host: str, port: int) -> None:
             bold=True,
             err=True,
         )
-    shown = f"[{host}]" if ":" in host else host
-    click.echo(f"prunestore: {db.shown_url(store.url)}, read-only, at http://{shown}:{port}/ (Ctrl-C stops)", err=True)
+    address = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
+    if as_json:
+        echo_json({"store": db.shown_url(store.url), "address": address, "read_only": True})
+    else:
+        click.echo(f"prunestore: {db.shown_url(store.url)}, read-only, at {address} (Ctrl-C stops)", err=True)
     try:
         uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
     finally:

@@ -119,7 +119,8 @@ def demo(
         _demo_budget(max(r.turns for r in rows), budget, clear_at_least)
     click.echo(
         f"\nThe store is {url}. Explore it:\n  prunestore sessions\n  prunestore stats {last}\n"
-        f"  prunestore live {last}\n  prunestore explain {last} {example}"
+        f"  prunestore live {last}\n  prunestore explain {last} {example}\n"
+        f"  prunestore serve   (in a browser; needs pip install 'prunestore[web]')"
     )
 
 
