@@ -42,7 +42,7 @@ def upgrade() -> None:
     op.execute(
         f"UPDATE prunestore_messages SET tokens_after = (SELECT s.tokens {mine}), "
         f"live_tokens_after = (SELECT s.live_tokens {mine}), events_after = (SELECT s.events {mine}) "
-        f"WHERE seq = (SELECT s.last_seq {mine})"
+        "WHERE (session_id, seq) IN (SELECT session_id, last_seq FROM prunestore_sessions)"
     )
     where = sa.text("live_tokens_after IS NOT NULL")
     op.create_index(
