@@ -24,7 +24,19 @@ from .errors import (
 from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
 from .prune import PruneResult, prune
-from .results import Delta, Explanation, GcReport, Mismatch, Stats, VerdictStats, VerifyReport
+from .results import (
+    Delta,
+    Entry,
+    Explanation,
+    GcReport,
+    HistoryPoint,
+    Mismatch,
+    SessionSummary,
+    Stats,
+    VerdictStats,
+    VerifyReport,
+    Window,
+)
 from .store import PruneStore
 from .text import count_tokens, normalize
 
@@ -52,6 +64,10 @@ __all__ = [
     "Stats",
     "VerdictStats",
     "GcReport",
+    "SessionSummary",
+    "Window",
+    "Entry",
+    "HistoryPoint",
     "VerifyReport",
     "PruneStoreError",
     "InvalidMessageError",

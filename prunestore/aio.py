@@ -31,7 +31,7 @@ from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Op
 from .formats import Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
-from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport
+from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .storage import SessionState
 from .store import PruneStore
 from .text import count_tokens
@@ -234,8 +234,11 @@ class AsyncPruneStore:
     async def summary(self, session: str) -> SessionSummary:
         return await self._call(PruneStore.summary, session)
 
-    async def window(self, session: str, *, after: int = 0, limit: int = 100) -> list[Entry]:
+    async def window(self, session: str, *, after: int = 0, limit: int = 100) -> Window:
         return await self._call(PruneStore.window, session, after=after, limit=limit)
+
+    async def entry(self, session: str, message_id: str) -> Entry:
+        return await self._call(PruneStore.entry, session, message_id)
 
     async def history(self, session: str) -> list[HistoryPoint]:
         return await self._call(PruneStore.history, session)

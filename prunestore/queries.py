@@ -28,10 +28,20 @@ from .model import (
     check_identifier,
     supports,
 )
-from .results import Entry, Explanation, HistoryPoint, Mismatch, SessionSummary, Stats, VerdictStats, VerifyReport
+from .results import (
+    Entry,
+    Explanation,
+    HistoryPoint,
+    Mismatch,
+    SessionSummary,
+    Stats,
+    VerdictStats,
+    VerifyReport,
+    Window,
+)
 from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
-__all__ = ["explain", "window", "history", "summary", "stats", "verify", "verify_sessions"]
+__all__ = ["explain", "entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # Seqs run from 1 without gaps, so a window is a range of the primary key.
@@ -82,21 +92,26 @@ _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders 
 
 def explain(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Explanation:
     """The verdict of one message of the session and what caused it."""
-    sid = row.session_id
+    return entry(driver, session, row, message_id, policy).explanation
+
+
+def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Entry:
+    """One message with its whole explanation."""
     check_identifier("message_id", message_id)
-    found = driver.first(_ONE, {"sid": sid, "id": message_id})
+    found = driver.first(_ONE, {"sid": row.session_id, "id": message_id})
     if found is None:
         raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
-    return _explained(driver, session, row, found, policy, referrers=True)
+    return Entry(stored_message(found[:MESSAGE_WIDTH]), _explained(driver, session, row, found, policy, referrers=True))
 
 
-def window(driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy) -> list[Entry]:
+def window(driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy) -> Window:
     """The messages after seq `after`, `limit` at most, each with its explanation (without `needed_by`)."""
     rows = driver.all(_WINDOW, {"sid": row.session_id, "after": after, "last": after + limit})
-    return [
+    entries = tuple(
         Entry(stored_message(r[:MESSAGE_WIDTH]), _explained(driver, session, row, r, policy, referrers=False))
         for r in rows
-    ]
+    )
+    return Window(summary(driver, row.session_id), after, entries)
 
 
 def history(driver: Driver, sid: int) -> list[HistoryPoint]:

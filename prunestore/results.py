@@ -16,6 +16,7 @@ __all__ = [
     "GcReport",
     "SessionSummary",
     "Entry",
+    "Window",
     "HistoryPoint",
 ]
 
@@ -209,6 +210,15 @@ class Entry:
 
     message: StoredMessage
     explanation: Explanation
+
+
+@dataclass(frozen=True)
+class Window:
+    """Some of a session's messages in order, with the session's counts, all read in one snapshot."""
+
+    session: SessionSummary
+    after: int  # the seq before the first entry
+    entries: tuple[Entry, ...]
 
 
 @dataclass(frozen=True)

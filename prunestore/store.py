@@ -38,7 +38,17 @@ from .model import (
     Policy,
     StoredMessage,
 )
-from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport
+from .results import (
+    Delta,
+    Entry,
+    Explanation,
+    GcReport,
+    HistoryPoint,
+    SessionSummary,
+    Stats,
+    VerifyReport,
+    Window,
+)
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
@@ -413,17 +423,22 @@ class PruneStore:
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             return queries.summary(driver, self._session(driver, session).session_id)
 
-    def window(self, session: str, *, after: int = 0, limit: int = 100) -> list[Entry]:
-        """The messages after seq `after` (at most `limit`), each with why it has its verdict.
+    def window(self, session: str, *, after: int = 0, limit: int = 100) -> Window:
+        """The messages after seq `after` (at most `limit`), each with why it has its verdict, and the session's counts.
 
-        Reads those rows (and a lookup per pruned or restored one), so a page
-        of a long session costs what the page holds.
+        One snapshot; it reads those rows (and a lookup per pruned or restored
+        one), so a page of a long session costs what the page holds.
         """
         catalog.check_whole("after", after, 0)
         catalog.check_whole("limit", limit, 1)
         with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
             return queries.window(driver, session, row, after, limit, self.policy)
+
+    def entry(self, session: str, message_id: str) -> Entry:
+        """One message and why it has its verdict (`explain`), read in one snapshot."""
+        with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
+            return queries.entry(driver, session, self._session(driver, session), message_id, self.policy)
 
     def history(self, session: str) -> list[HistoryPoint]:
         """The session's tokens, in all and in the prompt, and its removal events, as each append left them.

@@ -12,6 +12,7 @@ import json
 import re
 import subprocess
 import sys
+import threading
 from itertools import pairwise
 
 import pytest
@@ -19,7 +20,7 @@ from click.testing import CliRunner
 from starlette.testclient import TestClient
 from webpages import serving
 
-from prunestore import InvalidArgumentError, Message
+from prunestore import InvalidArgumentError, Message, PruneStore
 from prunestore.cli import main
 from prunestore.cli.serve import is_loopback
 from prunestore.results import HistoryPoint
@@ -62,12 +63,14 @@ def test_every_page_answers_and_matches_the_store(filled):
 
 def test_the_reads_behind_the_pages(filled):
     stored = filled.messages(NAME)
-    entries = filled.window(NAME, after=10, limit=25)
-    assert [e.message for e in entries] == stored[10:35]
-    for entry in entries:
+    shown = filled.window(NAME, after=10, limit=25)
+    assert shown.session == filled.summary(NAME) and shown.after == 10
+    assert [e.message for e in shown.entries] == stored[10:35]
+    for entry in shown.entries:
         why = filled.explain(NAME, entry.message.id)
         assert entry.explanation == dataclasses.replace(why, needed_by=())
-    assert filled.window(NAME, after=len(stored)) == []
+        assert filled.entry(NAME, entry.message.id) == dataclasses.replace(entry, explanation=why)
+    assert filled.window(NAME, after=len(stored)).entries == ()
     assert [s.name for s in filled.summaries(limit=5)] == filled.sessions(limit=5)
     for field, kwargs in (("after", {"after": -1}), ("limit", {"limit": 0}), ("after", {"after": "3"})):
         with pytest.raises(InvalidArgumentError, match=f"^{field}="):
@@ -145,3 +148,31 @@ def test_the_chart_takes_the_last_point_of_each_turn_and_thins_only_what_one_pix
     chart = tokens_chart(points, budget=5000)
     assert chart.turn_count == len(turns) and len(chart.after.split()) == len(chart.turns) < len(turns)
     assert [turn for _, turn, _ in chart.events] == [b.turn for a, b in pairwise(turns) if b.events > a.events]
+
+
+def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):
+    """Pages read while a writer (another store object, in another thread) appends stay consistent."""
+    client = TestClient(create_app(filled))
+    writer = PruneStore(store_url)
+    start = filled.summary(NAME).current_turn + 1
+
+    def append() -> None:
+        for turn in range(start, start + 150):
+            writer.append(NAME, [Message(f"w{turn}", "user", f"more {turn}", turn)])
+
+    thread = threading.Thread(target=append)
+    thread.start()
+    try:
+        pages = 0
+        while thread.is_alive() or pages < 3:
+            messages = filled.summary(NAME).messages
+            after = (messages - 1) // WINDOW * WINDOW
+            page = client.get("/session", params={"name": NAME, "after": after}).text
+            total = int(re.search(r"messages [\d,]+–[\d,]+ of ([\d,]+)", page).group(1).replace(",", ""))
+            seqs = [int(seq) for seq in re.findall(r'data-seq="(\d+)"', page)]
+            assert seqs == list(range(after + 1, min(after + WINDOW, total) + 1))  # the rows of the count shown
+            pages += 1
+    finally:
+        thread.join()
+        writer.close()
+    assert filled.verify().ok

@@ -4,7 +4,8 @@
   session rows (`PruneStore.summaries`);
 - ``/session?name=``: a window of the session as the model sees it, pruned
   messages folded in place with their verdict and cause (`PruneStore.window`);
-- ``/message?session=&id=``: why one message has its verdict, with links;
+- ``/message?session=&id=``: why one message has its verdict, with links
+  (`PruneStore.entry`);
 - ``/chart?session=``: the prompt's tokens per turn before and after pruning
   (`PruneStore.history`), with the budget and the removal events.
 
@@ -125,13 +126,13 @@ def create_app(store: PruneStore) -> Starlette:
     def session(request: Request) -> Response:
         name = _text(request, "name")
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
-        summary = store.summary(name)
-        entries = store.window(name, after=after, limit=WINDOW)
+        shown = store.window(name, after=after, limit=WINDOW)
+        summary = shown.session
         return page(
             request,
             "session.html",
             summary=summary,
-            entries=entries,
+            entries=shown.entries,
             after=after,
             everything=everything,
             window=WINDOW,
@@ -140,9 +141,8 @@ def create_app(store: PruneStore) -> Starlette:
 
     def message(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
-        explanation = store.explain(name, message_id)
-        (stored,) = store.messages(name, ids=[message_id])
-        return page(request, "message.html", session=name, m=stored, why=explanation, limit=MESSAGE_CHARS)
+        shown = store.entry(name, message_id)
+        return page(request, "message.html", session=name, m=shown.message, why=shown.explanation, limit=MESSAGE_CHARS)
 
     def content(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
@@ -151,9 +151,8 @@ def create_app(store: PruneStore) -> Starlette:
 
     def chart(request: Request) -> Response:
         name = _text(request, "session")
-        summary = store.summary(name)
         drawn = tokens_chart(store.history(name), store.policy.budget)
-        return page(request, "chart.html", summary=summary, chart=drawn, budget=store.policy.budget)
+        return page(request, "chart.html", name=name, chart=drawn, budget=store.policy.budget)
 
     def failed(request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):
