@@ -126,13 +126,13 @@ def create_app(store: PruneStore) -> Starlette:
     def session(request: Request) -> Response:
         name = _text(request, "name")
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
-        shown = store.window(name, after=after, limit=WINDOW)
-        summary = shown.session
+        window = store.window(name, after=after, limit=WINDOW)
+        summary = window.session
         return page(
             request,
             "session.html",
             summary=summary,
-            entries=shown.entries,
+            entries=window.entries,
             after=after,
             everything=everything,
             window=WINDOW,
@@ -141,8 +141,8 @@ def create_app(store: PruneStore) -> Starlette:
 
     def message(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
-        shown = store.entry(name, message_id)
-        return page(request, "message.html", session=name, m=shown.message, why=shown.explanation, limit=MESSAGE_CHARS)
+        read = store.entry(name, message_id)
+        return page(request, "message.html", session=name, m=read.message, why=read.explanation, limit=MESSAGE_CHARS)
 
     def content(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
