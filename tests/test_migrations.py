@@ -76,15 +76,21 @@ def test_a_store_lives_beside_an_application_with_its_own_alembic_table(store_ur
     engine.dispose()
 
 
+BUDGET = Policy(budget=12, clear_at_least=4)
+
+
+def ask_and_answer(store: PruneStore, turns: range) -> None:
+    """Session "s": a question and an answer per turn, each turn one append."""
+    for turn in turns:
+        store.append(
+            "s", [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)]
+        )
+
+
 @pytest.mark.plain_tables
 def test_a_budgeted_store_survives_downgrade_and_upgrade_and_its_sessions_get_times(store_url):
-    policy = Policy(budget=12, clear_at_least=4)
-    with PruneStore(store_url, policy=policy) as store:
-        for turn in range(20):
-            store.append(
-                "s",
-                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
-            )
+    with PruneStore(store_url, policy=BUDGET) as store:
+        ask_and_answer(store, range(20))
         before = [(m.id, m.verdict) for m in store.messages("s")]
         assert store.stats("s").events > 0
     engine = db.make_engine(store_url)
@@ -98,13 +104,9 @@ def test_a_budgeted_store_survives_downgrade_and_upgrade_and_its_sessions_get_ti
     finally:
         engine.dispose()
     assert abs(created - time.time()) < 60 and created == updated and cursor == 0
-    with PruneStore(store_url, policy=policy) as store:
+    with PruneStore(store_url, policy=BUDGET) as store:
         assert [(m.id, m.verdict) for m in store.messages("s")] == before and store.verify().ok
-        for turn in range(20, 30):
-            store.append(
-                "s",
-                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
-            )
+        ask_and_answer(store, range(20, 30))
         assert store.verify().ok
 
 
@@ -145,13 +147,8 @@ def test_sessions_move_to_ids_from_their_names_and_back(store_url):
 
 @pytest.mark.plain_tables
 def test_sessions_get_their_token_totals_and_a_first_history_point(store_url):
-    policy = Policy(budget=12, clear_at_least=4)
-    with PruneStore(store_url, policy=policy) as store:
-        for turn in range(12):
-            store.append(
-                "s",
-                [Message(f"u{turn}", "user", f"question {turn}", turn), Message(f"a{turn}", "assistant", "ok", turn)],
-            )
+    with PruneStore(store_url, policy=BUDGET) as store:
+        ask_and_answer(store, range(12))
         store.append("empty-after-pop", Message("only", "user", "hello", 0))
         store.pop("empty-after-pop")
         stored = store.messages("s")
