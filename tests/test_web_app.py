@@ -176,3 +176,13 @@ def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):
         thread.join()
         writer.close()
     assert filled.verify().ok
+
+
+def test_an_empty_session_has_its_pages(store):
+    store.append("emptied", Message("only", "user", "hello", 0))
+    store.pop("emptied")
+    client = TestClient(create_app(store))
+    chart = client.get("/chart", params={"session": "emptied"})
+    assert chart.status_code == 200 and "holds no messages" in chart.text and "<polyline" not in chart.text
+    page = client.get("/session", params={"name": "emptied"})
+    assert page.status_code == 200 and "No messages here." in page.text and 'id="next"' not in page.text
