@@ -41,7 +41,7 @@ from .results import (
 )
 from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
 
-__all__ = ["explain", "entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
+__all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # Seqs run from 1 without gaps, so a window is a range of the primary key.
@@ -90,13 +90,8 @@ _PROMPT_ALL = Statement(
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
 
 
-def explain(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Explanation:
-    """The verdict of one message of the session and what caused it."""
-    return entry(driver, session, row, message_id, policy).explanation
-
-
 def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Entry:
-    """One message with its whole explanation."""
+    """One message with its verdict and what caused it."""
     check_identifier("message_id", message_id)
     found = driver.first(_ONE, {"sid": row.session_id, "id": message_id})
     if found is None:

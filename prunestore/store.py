@@ -402,8 +402,7 @@ class PruneStore:
 
     def explain(self, session: str, message_id: str) -> Explanation:
         """The verdict of one message and what caused it."""
-        with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
-            return queries.explain(driver, session, self._session(driver, session), message_id, self.policy)
+        return self.entry(session, message_id).explanation
 
     def summaries(
         self,
