@@ -15,6 +15,7 @@ from .errors import (
     InvalidRevisionError,
     MessageNotFoundError,
     PolicyMismatchError,
+    TokenizerMismatchError,
     PruneStoreError,
     SessionExistsError,
     SessionIdCollisionError,
@@ -80,6 +81,7 @@ __all__ = [
     "SessionExistsError",
     "SessionIdCollisionError",
     "PolicyMismatchError",
+    "TokenizerMismatchError",
     "InvalidRevisionError",
     "DatabaseError",
 ]

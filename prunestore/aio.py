@@ -34,7 +34,6 @@ from .model import Message, Policy, StoredMessage
 from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .storage import SessionState
 from .store import PruneStore
-from .text import count_tokens
 from .views import Form
 
 __all__ = ["AsyncPruneStore"]
@@ -55,7 +54,7 @@ class AsyncPruneStore:
         url: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] = count_tokens,
+        tokenizer: Callable[[str], int] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
@@ -178,8 +177,14 @@ class AsyncPruneStore:
     async def append_many(self, batches: Mapping[str, Message | Iterable[Message]]) -> dict[str, Delta]:
         return await self._call(PruneStore.append_many, batches)
 
-    async def rebuild(self, session: str | None = None, *, policy: Policy | None = None) -> None:
-        await self._call(PruneStore.rebuild, session, policy=policy)
+    async def rebuild(
+        self,
+        session: str | None = None,
+        *,
+        policy: Policy | None = None,
+        tokenizer: Callable[[str], int] | None = None,
+    ) -> None:
+        await self._call(PruneStore.rebuild, session, policy=policy, tokenizer=tokenizer)
 
     async def delete_session(self, session: str) -> None:
         await self._call(PruneStore.delete_session, session)

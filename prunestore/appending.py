@@ -86,15 +86,20 @@ def differing_fields(a: Message, b: Message) -> list[str]:
 class Options:
     """How a store prepares what it appends: the tokenizer and the size limits. One value for both store classes."""
 
-    tokenizer: Callable[[str], int] = count_tokens
+    tokenizer: Callable[[str], int] | None = count_tokens  # None: the one the store records
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
 
     def tokens(self, message: Message) -> int:
+        return self.count(message.content)
+
+    def count(self, content: str) -> int:
+        """The tokens of `content`, by the tokenizer; a failing or misbehaving tokenizer is a clear error."""
+        assert self.tokenizer is not None, "the store loads its tokenizer before it counts"
         try:
-            tokens = self.tokenizer(message.content)
+            tokens = self.tokenizer(content)
         except Exception as exc:
-            raise InvalidMessageError(f"content={shorten(message.content)}: the tokenizer failed ({exc!r})") from exc
+            raise InvalidMessageError(f"content={shorten(content)}: the tokenizer failed ({exc!r})") from exc
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < 2**31:
             raise InvalidMessageError(f"tokens={shorten(tokens)}: the tokenizer must return a non-negative int")
         return tokens
@@ -133,12 +138,13 @@ def append_locked(
     driver: Driver,
     name: str,
     states: list[MsgState],
-    policy: Policy,
+    policy: Policy | Callable[[Driver, SessionRow], Policy],
     writes: list[Write] | None = None,
     locked: SessionRow | None = None,
 ) -> Delta:
     """Lock one session (unless `locked` is its row), skip retries, check turns, run the maintainer, write back.
 
+    `policy` may be a function of the locked row that returns it (the store settles its settings there).
     What it wrote is added to `writes` (when given), for the live cache once the transaction commits.
     """
     batch = [s.message for s in states if s.message is not None]
@@ -149,6 +155,8 @@ def append_locked(
         row = locked
         found = driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids) if row.last_seq else []
         stored = {m.id: m for m in map(stored_message, found)}
+    if not isinstance(policy, Policy):
+        policy = policy(driver, row)
     before = row.stamp
     rows = SessionRows(driver, row)
     fresh: list[MsgState] = []

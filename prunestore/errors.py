@@ -22,6 +22,7 @@ __all__ = [
     "MessageNotFoundError",
     "SessionExistsError",
     "PolicyMismatchError",
+    "TokenizerMismatchError",
     "InvalidRevisionError",
     "SessionIdCollisionError",
     "DatabaseError",
@@ -95,6 +96,10 @@ class SessionIdCollisionError(PruneStoreError):
 
 class PolicyMismatchError(PruneStoreError):
     """A store was opened with a policy other than the one it was created with."""
+
+
+class TokenizerMismatchError(PruneStoreError):
+    """A store was opened with a tokenizer other than the one that counted its tokens, or that one cannot be loaded."""
 
 
 class InvalidRevisionError(PruneStoreError, ValueError):

@@ -8,7 +8,7 @@ derived row and column from the messages (`audit.expected_state`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .appending import append_locked
 from .audit import expected_state
@@ -30,6 +30,7 @@ from .storage import (
     SessionRows,
     Totals,
     create_session,
+    decode_content,
     find_session,
     join_keys,
     lock_session,
@@ -40,6 +41,7 @@ from .undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, rea
 
 __all__ = [
     "rebuild_session",
+    "recount",
     "cut",
     "copy_prefix",
     "fork_into",
@@ -129,6 +131,20 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         driver.run(_RECORD_HISTORY, history)
 
 
+_CONTENTS = Statement("SELECT seq, content, content_escaped, tokens FROM prunestore_messages WHERE session_id = :sid")
+_SET_TOKENS = Statement("UPDATE prunestore_messages SET tokens = :tokens WHERE session_id = :sid AND seq = :seq")
+
+
+def recount(driver: Driver, sid: int, count: Callable[[str], int]) -> None:
+    """Count the tokens of every message of the session again (then `rebuild_session`: totals and budget follow)."""
+    changed = []
+    for seq, content, escaped, tokens in driver.all(_CONTENTS, {"sid": sid}):
+        now = count(decode_content(content, escaped))
+        if now != tokens:
+            changed.append({"sid": sid, "seq": seq, "tokens": now})
+    driver.run_many(_SET_TOKENS, changed)
+
+
 def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) -> Delta:
     """Drop the locked session's messages after seq `cut` (0: all of them), restoring the state it had then."""
     if cut == row.last_seq:
@@ -188,6 +204,7 @@ def fork_into(driver: Driver, row: SessionRow, at: int, new: str, policy: Policy
     if find_session(driver, new) is not None:
         raise SessionExistsError(f"new_session={shorten(new)}: the store already holds this session")
     new_row = create_session(driver, new)
+    new_row.generation = row.generation  # the copied messages were counted under the settings of `row`
     copy_prefix(driver, row, new_row, at)
     rebuild_session(driver, new_row, policy)
 

@@ -56,6 +56,8 @@ SESSIONS = sa.Table(
     # Tokens of the session's messages, in all and in the prompt (live).
     sa.Column("tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("live_tokens", sa.BigInteger, nullable=False, server_default="0"),
+    # The generation of the store's settings (policy, tokenizer) the session's state was computed under.
+    sa.Column("policy_generation", sa.BigInteger, nullable=False, server_default="0"),
     # Pages of names; not unique, since a unique index would span every partition or shard.
     sa.Index("prunestore_sessions_name", "name"),
 )

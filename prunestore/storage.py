@@ -34,6 +34,7 @@ __all__ = [
     "SessionRow",
     "Totals",
     "SessionState",
+    "UNSETTLED",
     "lock_session",
     "lock_session_for_append",
     "find_session",
@@ -84,9 +85,9 @@ _MESSAGE_COLUMNS = (
 # Rows are found by id (`sessionids`); the name read with them tells a collision apart.
 _SESSION_COLUMNS = (
     "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
-    "tokens, live_tokens, name"
+    "tokens, live_tokens, policy_generation, name"
 )
-_SESSION_WIDTH = 11
+_SESSION_WIDTH = 12
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
@@ -111,13 +112,14 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 _INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at) "
-    "VALUES (:sid, :name, 0, 0, :stamp, :now, :now) ON CONFLICT (session_id) DO NOTHING"
+    "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at, "
+    "policy_generation) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled) ON CONFLICT (session_id) DO NOTHING"
 )
 _UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
     "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
-    "tokens = :tokens, live_tokens = :live_tokens, updated_at = :now WHERE session_id = :sid"
+    "tokens = :tokens, live_tokens = :live_tokens, policy_generation = :generation, updated_at = :now "
+    "WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 LAST_TOOL_HOLDER = Statement(
@@ -279,9 +281,14 @@ def _state(row) -> MsgState:
 
 
 class SessionRow:
-    """A session row as read (under its lock, for writers): key, turn, last seq, stamp, prompt and token totals."""
+    """A session row as read (under its lock, for writers): key, turn, last seq, stamp, prompt and token totals.
 
-    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals")
+    `generation` is that of the store settings its state was computed under
+    (`prunestore.settings`); `UNSETTLED` for a session created in this
+    transaction, which takes the settings' own.
+    """
+
+    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals", "generation")
 
     def __init__(
         self,
@@ -295,8 +302,10 @@ class SessionRow:
         prompt_cursor: int = 0,
         tokens: int = 0,
         live_tokens: int = 0,
+        generation: int = 0,
     ) -> None:
         self.session_id = session_id
+        self.generation = generation
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
@@ -329,6 +338,9 @@ class Totals(NamedTuple):
             tokens += count
             live += count if verdict in LIVE_VERDICTS else 0
         return cls(tokens, live)
+
+
+UNSETTLED = -1  # the settings generation of a session row created in the running transaction
 
 
 def new_stamp() -> int:
@@ -365,6 +377,7 @@ def update_session(
         "cursor": prompt.cursor,
         "tokens": totals.tokens,
         "live_tokens": totals.live_tokens,
+        "generation": session.generation,
         "now": int(time.time()),
     }
     driver.run(_UPDATE_SESSION, params)
@@ -400,7 +413,8 @@ def create_session(driver: Driver, name: str) -> SessionRow:
     `SessionIdCollisionError` when its id is another stored session's.
     """
     sid = session_id(name)
-    driver.run(_INSERT_SESSION, {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time())})
+    params = {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time()), "unsettled": UNSETTLED}
+    driver.run(_INSERT_SESSION, params)
     row = _lock_row(driver, sid)
     assert row is not None
     named = _named(row, name)

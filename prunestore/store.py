@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -16,10 +17,11 @@ from .appending import (
     Options,
     Write,
     append_locked,
+    as_batch,
     check_ids,
     check_session_name,
 )
-from .driver import Driver, Statement
+from .driver import Driver
 from .errors import (
     DatabaseError,
     InvalidMessageError,
@@ -27,11 +29,12 @@ from .errors import (
     MessageNotFoundError,
     PolicyMismatchError,
     SessionNotFoundError,
+    TokenizerMismatchError,
     shorten,
 )
 from .formats import Rendered, render
 from .incremental import MsgState
-from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, seq_of
+from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, recount, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes, read_live, read_view
 from .model import (
     Message,
@@ -49,9 +52,11 @@ from .results import (
     VerifyReport,
     Window,
 )
+from .settings import DEFAULT_TOKENIZER, Settings, load_tokenizer, read_settings, tokenizer_name, write_settings
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
+    UNSETTLED,
     SessionRow,
     SessionState,
     find_session,
@@ -59,7 +64,6 @@ from .storage import (
     lock_session_for_append,
     stored_message,
 )
-from .text import count_tokens
 from .views import Form
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
@@ -71,19 +75,20 @@ __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 _RETRY_SQLSTATES = {"23505", "40001", "40P01"}
 _ATTEMPTS = 3
 
-_GET_SETTING = Statement("SELECT value FROM prunestore_settings WHERE name = :name")
-_PUT_SETTING = Statement(
-    "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) "
-    "ON CONFLICT (name) DO UPDATE SET value = excluded.value"
-)
 _T = TypeVar("_T")
+
+
+class _Restart(Exception):
+    """The store's tokenizer changed since the messages were counted: count them again, then write."""
 
 
 class PruneStore:
     """A persistent, incrementally pruned message store (SQLite or PostgreSQL).
 
-    The policy is fixed when the store is created and recorded in it; open an
-    existing store with ``policy=None`` to use the recorded one.
+    The policy and the tokenizer are recorded in the store when it is created;
+    open an existing store with ``policy=None`` and ``tokenizer=None`` to use
+    the recorded ones. `rebuild` changes them, and every store object, in
+    this process or another, takes the change up before its next write.
     """
 
     def __init__(
@@ -91,7 +96,7 @@ class PruneStore:
         url: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] = count_tokens,
+        tokenizer: Callable[[str], int] | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
@@ -122,15 +127,76 @@ class PruneStore:
 
     def _open(self, engine: Engine, policy: Policy | None, options: Options, live_cache: LiveCache) -> None:
         self.engine = engine
-        self.options = options
-        self.tokenizer = options.tokenizer
+        self._options = options
+        self._follows = options.tokenizer is None  # counts with whatever the store records
         self.live_cache = live_cache
         try:
             db.ensure_schema(self.engine)
-            self.policy = _recorded_policy(self.engine, policy)
+            self._settings = _recorded_settings(self.engine, policy, options.tokenizer)
         except BaseException:
             self.engine.dispose()
             raise
+
+    # -- settings -------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        """The store's policy, as of this object's last read or write (a change elsewhere shows on the next)."""
+        return self._settings.policy
+
+    @property
+    def tokenizer(self) -> Callable[[str], int]:
+        """The function that counts a message's tokens: the one the store records."""
+        return self.options.tokenizer  # type: ignore[return-value]
+
+    @property
+    def options(self) -> Options:
+        if self._options.tokenizer is None:  # the store's, loaded when first needed: reads never need it
+            assert self._settings.tokenizer is not None
+            self._options = replace(self._options, tokenizer=load_tokenizer(self._settings.tokenizer))
+        return self._options
+
+    def _adopt(self, current: Settings) -> bool:
+        """Work under `current` from now on; whether its tokenizer differs from the one used so far."""
+        changed = current.tokenizer != self._settings.tokenizer
+        if changed and self._follows:
+            self._options = replace(self._options, tokenizer=None)
+        self._settings = current
+        return changed
+
+    def _refreshed(self, driver: Driver, row: SessionRow | None = None) -> Policy:
+        """The policy for a read: this object's, or, when `row` (or any session) was computed under newer
+        settings, those."""
+        if row is None or row.generation != self._settings.generation:
+            current = read_settings(driver)
+            if current is not None:
+                self._adopt(current)
+        return self.policy
+
+    def _settled(self, driver: Driver, row: SessionRow) -> Policy:
+        """The policy to write the locked session under, once this object and the row use the store's settings.
+
+        Raises `_Restart` when the tokenizer changed (the messages were
+        counted by the old one), and `TokenizerMismatchError` when this object
+        was opened with a tokenizer the store no longer records.
+        """
+        if row.generation == self._settings.generation:
+            return self.policy
+        current = read_settings(driver, share=row.generation == UNSETTLED)
+        assert current is not None, "a store records its settings when it is opened"
+        if self._adopt(current):
+            if not self._follows:
+                raise TokenizerMismatchError(
+                    f"tokenizer={tokenizer_name(self._options.tokenizer)!r}: the store's tokens are now counted by "  # type: ignore[arg-type]
+                    f"{current.tokenizer!r}; open it with tokenizer=None to use that one"
+                )
+            raise _Restart
+        if row.generation not in (UNSETTLED, current.generation):  # computed under other settings: recompute
+            recount(driver, row.session_id, self.options.count)
+            row.generation = current.generation
+            rebuild_session(driver, row, current.policy)
+        row.generation = current.generation
+        return current.policy
 
     # -- lifecycle ----------------------------------------------------------
 
@@ -164,14 +230,36 @@ class PruneStore:
         """
         if not isinstance(batches, Mapping):
             raise InvalidMessageError(f"batches={shorten(batches)}: expected a mapping of session names to messages")
-        prepared = []
-        for session, messages in batches.items():
-            prepared.append((check_session_name(session), self.options.prepare(messages)))
-        return self._append_states(prepared)
+        given = [(check_session_name(session), as_batch(messages)) for session, messages in batches.items()]
 
-    def _append_states(self, prepared: Iterable[tuple[str, list[MsgState]]]) -> dict[str, Delta]:
-        """`append_many` for messages whose derived columns are computed already (the importer does it)."""
+        def prepare() -> list[tuple[str, list[MsgState]]]:
+            return [(name, self.options.prepare(batch)) for name, batch in given]
+
+        return self._append_states(prepare(), again=prepare)
+
+    def _append_states(
+        self,
+        prepared: Iterable[tuple[str, list[MsgState]]],
+        again: Callable[[], list[tuple[str, list[MsgState]]]] | None = None,
+    ) -> dict[str, Delta]:
+        """`append_many` for messages whose derived columns are computed already (the importer does it).
+
+        `again` counts the messages anew, for when the store's tokenizer changed meanwhile.
+        """
         prepared = list(prepared)
+        for _ in range(_ATTEMPTS):
+            try:
+                return self._append_prepared(prepared)
+            except _Restart:
+                if again is None:
+                    raise TokenizerMismatchError(
+                        f"tokenizer={self._settings.tokenizer!r}: the store's tokenizer changed while these "
+                        "messages were counted; nothing of them was written, run the same again"
+                    ) from None
+                prepared = again()
+        raise TokenizerMismatchError("tokenizer: the store's tokenizer kept changing; nothing was written")
+
+    def _append_prepared(self, prepared: list[tuple[str, list[MsgState]]]) -> dict[str, Delta]:
         deltas = {name: Delta() for name, _ in prepared}
         work = [(check_session_name(name), self.options.checked(states)) for name, states in prepared if states]
         work.sort(key=lambda item: item[0])
@@ -181,7 +269,7 @@ class PruneStore:
 
         def run(driver: Driver, writes: list[Write]) -> dict[str, Delta]:
             for name, states in work:
-                deltas[name] = append_locked(driver, name, states, self.policy, writes)
+                deltas[name] = append_locked(driver, name, states, self._settled, writes)
             return deltas
 
         return self._writing(action, run)
@@ -199,18 +287,26 @@ class PruneStore:
 
         def run(driver: Driver, writes: list[Write]) -> Delta:
             row, _ = lock_session_for_append(driver, name, [])
+            policy = self._settled(driver, row)
             states = self.options.prepare(build(SessionState(driver, row)))
-            return append_locked(driver, name, states, self.policy, writes, locked=row) if states else Delta()
+            return append_locked(driver, name, states, policy, writes, locked=row) if states else Delta()
 
-        return self._writing(f"append to session {name!r}", run)
+        return self._writing(f"append to session {name!r}", run, restarts=True)
 
-    def _writing(self, action: str, run: Callable[[Driver, list[Write]], _T]) -> _T:
-        """Run `run` in a write transaction, again where PostgreSQL asks for it; then move the live cache on."""
+    def _writing(self, action: str, run: Callable[[Driver, list[Write]], _T], restarts: bool = False) -> _T:
+        """Run `run` in a write transaction, again where PostgreSQL asks for it; then move the live cache on.
+
+        With `restarts`, `run` counts its messages itself, and runs again after a tokenizer change.
+        """
         for attempt in range(_ATTEMPTS):
             writes: list[Write] = []
             try:
                 with db.transaction(self.engine, action, write=True) as driver:
                     result = run(driver, writes)
+            except _Restart:
+                if restarts and attempt + 1 < _ATTEMPTS:
+                    continue
+                raise
             except DatabaseError as exc:
                 if attempt + 1 == _ATTEMPTS or getattr(exc.__cause__, "sqlstate", None) not in _RETRY_SQLSTATES:
                     raise
@@ -220,26 +316,55 @@ class PruneStore:
             return result
         raise AssertionError("unreachable")
 
-    def rebuild(self, session: str | None = None, *, policy: Policy | None = None) -> None:
-        """Recompute the stored state from the messages (to repair it, or to change the policy).
+    def rebuild(
+        self,
+        session: str | None = None,
+        *,
+        policy: Policy | None = None,
+        tokenizer: Callable[[str], int] | None = None,
+    ) -> None:
+        """Recompute the stored state from the messages (to repair it, or to change the policy or tokenizer).
 
-        A new `policy` applies to the whole store, so it needs ``session=None``.
+        A new `policy` or `tokenizer` applies to the whole store, so it needs
+        ``session=None``; a new tokenizer counts every message again. It is
+        recorded with the policy, by its import path (``module:name``), so
+        other processes must be able to import it. Every store object open on
+        the store takes the change up before its next write.
         """
-        if policy is not None:
+        if policy is not None or tokenizer is not None:
             if session is not None:
-                raise InvalidPolicyError("policy: a policy change rebuilds every session; pass session=None")
-            if not isinstance(policy, Policy):
+                field = "policy" if policy is not None else "tokenizer"
+                raise InvalidPolicyError(f"{field}: a change of it rebuilds every session; pass session=None")
+            if policy is not None and not isinstance(policy, Policy):
                 raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
-        with db.transaction(self.engine, "rebuild", write=True) as driver:
-            if policy is not None:
-                _record_policy(driver, policy)
-            use = policy or self.policy
+            if tokenizer is not None and not callable(tokenizer):
+                raise InvalidPolicyError(f"tokenizer={shorten(tokenizer)}: expected a function of a text")
+        counter = None if tokenizer is None else replace(self._options, tokenizer=tokenizer)
+
+        def run(driver: Driver, _: list[Write]) -> Settings:
+            current = read_settings(driver)
+            assert current is not None, "a store records its settings when it is opened"
+            if policy is not None or tokenizer is not None:
+                current = Settings(
+                    policy or current.policy,
+                    current.tokenizer if tokenizer is None else tokenizer_name(tokenizer),
+                    current.generation + 1,
+                )
+                write_settings(driver, current)  # first: it waits for writers creating a session
             for name in self._names(driver, session):
                 row = lock_session(driver, name)
-                assert row is not None
-                rebuild_session(driver, row, use)
-        if policy is not None:
-            self.policy = policy
+                if row is None:  # deleted meanwhile
+                    continue
+                if counter is not None:
+                    recount(driver, row.session_id, counter.count)
+                row.generation = current.generation
+                rebuild_session(driver, row, current.policy)
+            return current
+
+        settled = self._writing("rebuild", run)
+        self._adopt(settled)
+        if counter is not None:
+            self._options = counter
         self.live_cache.forget(session)  # their stamps changed: free the memory now
 
     def delete_session(self, session: str) -> None:
@@ -260,9 +385,13 @@ class PruneStore:
         """
         name = check_session_name(session)
         self.live_cache.forget(name)  # its stamp is about to change: free the memory
-        with db.transaction(self.engine, f"truncate session {name!r}", write=True) as driver:
+
+        def run(driver: Driver, _: list[Write]) -> Delta:
             row = lock_existing(driver, name)
-            return cut(driver, name, row, seq_of(driver, row, "after_message_id", after_message_id), self.policy)
+            at = seq_of(driver, row, "after_message_id", after_message_id)
+            return cut(driver, name, row, at, self._settled(driver, row))
+
+        return self._writing(f"truncate session {name!r}", run, restarts=True)
 
     def pop(self, session: str) -> StoredMessage | None:
         """Remove the session's last message and return it (None for an empty or unknown session).
@@ -274,13 +403,16 @@ class PruneStore:
         """
         name = check_session_name(session)
         self.live_cache.forget(name)
-        with db.transaction(self.engine, f"pop from session {name!r}", write=True) as driver:
+
+        def run(driver: Driver, _: list[Write]) -> StoredMessage | None:
             row = lock_session(driver, name)
             if row is None or row.last_seq == 0:
                 return None
             last = driver.first(MESSAGE_AT, {"sid": row.session_id, "seq": row.last_seq})
-            cut(driver, name, row, row.last_seq - 1, self.policy)
+            cut(driver, name, row, row.last_seq - 1, self._settled(driver, row))
             return stored_message(last)
+
+        return self._writing(f"pop from session {name!r}", run, restarts=True)
 
     def fork(self, session: str, at_message_id: str, new_session: str) -> None:
         """Start `new_session` with the messages of `session` up to and including `at_message_id`.
@@ -289,9 +421,13 @@ class PruneStore:
         batch over that prefix; `session` is left as it is.
         """
         name, new = check_session_name(session), check_session_name(new_session)
-        with db.transaction(self.engine, f"fork session {name!r} into {new!r}", write=True) as driver:
+
+        def run(driver: Driver, _: list[Write]) -> None:
             row = lock_existing(driver, name)
-            fork_into(driver, row, seq_of(driver, row, "at_message_id", at_message_id), new, self.policy)
+            at = seq_of(driver, row, "at_message_id", at_message_id)
+            fork_into(driver, row, at, new, self._settled(driver, row))
+
+        self._writing(f"fork session {name!r} into {new!r}", run, restarts=True)
 
     # -- reads --------------------------------------------------------------
 
@@ -432,12 +568,13 @@ class PruneStore:
         catalog.check_whole("limit", limit, 1)
         with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
-            return queries.window(driver, session, row, after, limit, self.policy)
+            return queries.window(driver, session, row, after, limit, self._refreshed(driver, row))
 
     def entry(self, session: str, message_id: str) -> Entry:
         """One message and why it has its verdict (`explain`), read in one snapshot."""
         with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
-            return queries.entry(driver, session, self._session(driver, session), message_id, self.policy)
+            row = self._session(driver, session)
+            return queries.entry(driver, session, row, message_id, self._refreshed(driver, row))
 
     def history(self, session: str) -> list[HistoryPoint]:
         """The session's tokens, in all and in the prompt, and its removal events, as each append left them.
@@ -446,41 +583,47 @@ class PruneStore:
         point); appends from before this was recorded are not in it.
         """
         with db.transaction(self.engine, f"read session {session!r}") as driver:
-            return queries.history(driver, self._session(driver, session).session_id)
+            row = self._session(driver, session)
+            self._refreshed(driver, row)  # a chart of it draws the store's budget
+            return queries.history(driver, row.session_id)
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""
         with db.transaction(self.engine, "stats", snapshot=True) as driver:
             if session is None:
-                return queries.stats(driver, None, len(self._names(driver, None)), self.policy)
-            return queries.stats(driver, self._session(driver, session).session_id, 1, self.policy)
+                return queries.stats(driver, None, len(self._names(driver, None)), self._refreshed(driver))
+            row = self._session(driver, session)
+            return queries.stats(driver, row.session_id, 1, self._refreshed(driver, row))
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state."""
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
             rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
-            return queries.verify_sessions(driver, rows, self.policy)
+            return queries.verify_sessions(driver, rows, self._refreshed(driver))
 
 
-def _recorded_policy(engine: Engine, policy: Policy | None) -> Policy:
-    """The policy the store records, recorded now if it has none; a different explicit one is refused."""
-    with db.transaction(engine, "read the store's policy") as driver:  # a read: the store may be read-only
-        recorded = driver.scalar(_GET_SETTING, {"name": "policy"})
-    if recorded is None:
-        with db.transaction(engine, "record the store's policy", write=True) as driver:
-            recorded = driver.scalar(_GET_SETTING, {"name": "policy"})  # another store may have been first
-            if recorded is None:
-                policy = policy or Policy()
-                _record_policy(driver, policy)
-                return policy
-    stored = Policy.from_json(recorded)
-    if policy is not None and policy != stored:
+def _recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:
+    """The settings the store records, recorded now if it has none; a different explicit policy or tokenizer is refused.
+
+    A store from before tokenizers were recorded records the one it is opened with.
+    """
+    with db.transaction(engine, "read the store's settings") as driver:  # a read: the store may be read-only
+        recorded = read_settings(driver)
+    if recorded is None or recorded.tokenizer is None:
+        with db.transaction(engine, "record the store's settings", write=True) as driver:
+            chosen = tokenizer_name(tokenizer) if tokenizer is not None else DEFAULT_TOKENIZER
+            first = recorded or Settings(policy or Policy(), chosen)
+            write_settings(driver, replace(first, tokenizer=chosen), overwrite=False)  # another store may be first
+            recorded = read_settings(driver)
+            assert recorded is not None
+    if policy is not None and policy != recorded.policy:
         raise PolicyMismatchError(
-            f"policy={policy!r}: the store at {engine.url!r} was created with {stored!r}; "
+            f"policy={policy!r}: the store at {engine.url!r} was created with {recorded.policy!r}; "
             "open it with policy=None, or change it with rebuild(policy=...)"
         )
-    return stored
-
-
-def _record_policy(driver: Driver, policy: Policy) -> None:
-    driver.run(_PUT_SETTING, {"name": "policy", "value": policy.to_json()})
+    if tokenizer is not None and tokenizer_name(tokenizer) != recorded.tokenizer:
+        raise TokenizerMismatchError(
+            f"tokenizer={tokenizer_name(tokenizer)!r}: the store's tokens were counted by {recorded.tokenizer!r}; "
+            "open it with tokenizer=None to use that one, or change it with rebuild(tokenizer=...)"
+        )
+    return recorded

@@ -20,6 +20,7 @@ from prunestore import (
     PruneStore,
     PruneStoreError,
     SessionNotFoundError,
+    TokenizerMismatchError,
     TurnOrderError,
     count_tokens,
     prune,
@@ -130,9 +131,11 @@ def test_a_failing_tokenizer_is_a_clear_error(open_store):
     with pytest.raises(InvalidMessageError, match="tokenizer failed"):
         store.append("s", M("a", "user", "x", 0))
     assert store.sessions() == []
-    store2 = open_store(tokenizer=lambda text: -1)
+    with pytest.raises(TokenizerMismatchError, match="broken"):  # the store records the tokenizer it counts with
+        open_store(tokenizer=lambda text: -1)
+    store.rebuild(tokenizer=lambda text: -1)
     with pytest.raises(InvalidMessageError, match="tokens=-1"):
-        store2.append("s", M("a", "user", "x", 0))
+        store.append("s", M("a", "user", "x", 0))
 
 
 def test_reads_of_unknown_sessions_and_messages(store):

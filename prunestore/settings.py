@@ -1,0 +1,90 @@
+"""The store's settings: its policy, the tokenizer that counted its tokens, and their generation.
+
+Every store object works under the settings recorded in the database. A
+change (`PruneStore.rebuild(policy=..., tokenizer=...)`) rebuilds every
+session in one transaction and numbers the new settings with the next
+generation, and each session row records the generation its state was
+computed under. So a store object opened before a change learns of it from
+the first session row it reads, and takes up the new settings before it
+writes (see docs/api.md, "Changing the policy").
+
+A tokenizer is recorded by its import path (``module:qualified.name``), so
+another process can load the same function.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from .driver import Driver, Statement
+from .errors import TokenizerMismatchError
+from .model import Policy
+from .text import count_tokens
+
+__all__ = ["Settings", "read_settings", "write_settings", "tokenizer_name", "load_tokenizer", "DEFAULT_TOKENIZER"]
+
+_READ = "SELECT name, value FROM prunestore_settings WHERE name IN ('policy', 'tokenizer', 'generation')"
+_SELECT = Statement(_READ)
+# A writer creating a session holds the settings rows until it commits, so that a change waits for it
+# and then rebuilds that session too (PostgreSQL; SQLite writers hold the whole database).
+_SELECT_SHARED = Statement(_READ + " FOR SHARE")
+_INSERT = "INSERT INTO prunestore_settings (name, value) VALUES (:name, :value) ON CONFLICT (name) DO "
+_PUT = Statement(_INSERT + "UPDATE SET value = excluded.value")
+_PUT_NEW = Statement(_INSERT + "NOTHING")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What the store records: the policy, the tokenizer's import path (None before it was recorded), the generation."""
+
+    policy: Policy
+    tokenizer: str | None
+    generation: int = 0
+
+
+def read_settings(driver: Driver, *, share: bool = False) -> Settings | None:
+    """The recorded settings, or None in a store that records none yet; `share` holds them until commit."""
+    rows = dict(driver.all(_SELECT_SHARED if share and driver.postgres else _SELECT, {}))
+    if "policy" not in rows:
+        return None
+    return Settings(Policy.from_json(rows["policy"]), rows.get("tokenizer"), int(rows.get("generation", 0)))
+
+
+def write_settings(driver: Driver, settings: Settings, *, overwrite: bool = True) -> None:
+    """Record `settings`: every row, so that writers holding them shared are waited for.
+
+    Without `overwrite`, only the rows not recorded yet (two stores opened at once record one policy).
+    """
+    values = {"policy": settings.policy.to_json(), "generation": str(settings.generation)}
+    if settings.tokenizer is not None:
+        values["tokenizer"] = settings.tokenizer
+    driver.run_many(_PUT if overwrite else _PUT_NEW, [{"name": name, "value": value} for name, value in values.items()])
+
+
+def tokenizer_name(tokenizer: Callable[[str], int]) -> str:
+    """The import path a tokenizer is recorded by: ``module:qualified.name``."""
+    module = getattr(tokenizer, "__module__", None) or type(tokenizer).__module__
+    qualname = getattr(tokenizer, "__qualname__", None) or type(tokenizer).__qualname__
+    return f"{module}:{qualname}"
+
+
+DEFAULT_TOKENIZER = tokenizer_name(count_tokens)
+
+
+def load_tokenizer(name: str) -> Callable[[str], int]:
+    """The function recorded as `name`; `TokenizerMismatchError` when this process cannot import it."""
+    module_name, _, qualname = name.partition(":")
+    try:
+        found: object = importlib.import_module(module_name)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise TokenizerMismatchError(
+            f"tokenizer={name!r}: the store's tokens were counted by this function, which cannot be imported "
+            f"here ({exc}); pass it as PruneStore(tokenizer=...)"
+        ) from None
+    if not callable(found):
+        raise TokenizerMismatchError(f"tokenizer={name!r}: not a function")
+    return found
