@@ -15,11 +15,11 @@ from .errors import (
     InvalidRevisionError,
     MessageNotFoundError,
     PolicyMismatchError,
-    TokenizerMismatchError,
     PruneStoreError,
     SessionExistsError,
     SessionIdCollisionError,
     SessionNotFoundError,
+    TokenizerMismatchError,
     TurnOrderError,
 )
 from .formats import Rendered, RenderReport, from_anthropic, from_openai

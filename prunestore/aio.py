@@ -128,11 +128,23 @@ class AsyncPruneStore:
             self._opening.pop(loop, None)
             engine.sync_engine.dispose(close=False)
 
+    def _opened(self) -> PruneStore:
+        for _, store in list(self._loops.values()):
+            return store
+        raise RuntimeError("the store is not open yet: await store.open() first")
+
     @property
     def policy(self) -> Policy:
-        for _, store in list(self._loops.values()):
-            return store.policy
-        raise RuntimeError("the store is not open yet: await store.open() first")
+        """The store's policy, as of the last call of this event loop's store (a change elsewhere shows on the next)."""
+        return self._opened().policy
+
+    @property
+    def tokenizer(self) -> Callable[[str], int]:
+        return self._opened().tokenizer
+
+    @property
+    def tokenizer_name(self) -> str:
+        return self._opened().tokenizer_name
 
     async def close(self) -> None:
         """Close the connections (PostgreSQL: this event loop's; the other loops' engines are let go)."""

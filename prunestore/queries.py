@@ -6,7 +6,7 @@ them is on the append path, so they may read a whole session (`verify` must).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from .audit import compare
 from .catalog import SUMMARY_COLUMNS
@@ -210,7 +210,9 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
     )
 
 
-def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[int, list[Mismatch]]:
+def verify(
+    driver: Driver, name: str, row: SessionRow, policy: Policy, count: Callable[[str], int] | None = None
+) -> tuple[int, list[Mismatch]]:
     """Rerun `prune` over one session's stored messages: how many were checked, and every difference."""
     rows = driver.all(AUDIT, {"sid": row.session_id})
     stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
@@ -222,16 +224,19 @@ def verify(driver: Driver, name: str, row: SessionRow, policy: Policy) -> tuple[
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
         policy,
+        count,
     )
     return len(stored), list(mismatches)
 
 
-def verify_sessions(driver: Driver, sessions: Iterable[tuple[str, SessionRow]], policy: Policy) -> VerifyReport:
-    """`verify` over each (name, row) in turn, in one report."""
-    count = messages = 0
+def verify_sessions(
+    driver: Driver, sessions: Iterable[tuple[str, SessionRow]], policy: Policy, count: Callable[[str], int] | None
+) -> VerifyReport:
+    """`verify` over each (name, row) in turn, in one report; `count` is the store's tokenizer."""
+    checked_sessions = messages = 0
     mismatches: list[Mismatch] = []
     for name, row in sessions:
-        checked, found = verify(driver, name, row, policy)
-        count, messages = count + 1, messages + checked
+        checked, found = verify(driver, name, row, policy, count)
+        checked_sessions, messages = checked_sessions + 1, messages + checked
         mismatches.extend(found)
-    return VerifyReport(sessions=count, messages=messages, mismatches=tuple(mismatches))
+    return VerifyReport(sessions=checked_sessions, messages=messages, mismatches=tuple(mismatches))

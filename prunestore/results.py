@@ -111,7 +111,7 @@ class Mismatch:
     """One difference between the stored state and a batch rerun."""
 
     session: str
-    what: str  # "verdict", "key", "hash_holder", "session"
+    what: str  # "verdict", "tokens", "key", "hash_holder", "session", ...
     subject: str  # the message id, key or field concerned
     stored: object
     expected: object

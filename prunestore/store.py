@@ -150,6 +150,12 @@ class PruneStore:
         return self.options.tokenizer  # type: ignore[return-value]
 
     @property
+    def tokenizer_name(self) -> str:
+        """The tokenizer's import path, as the store records it."""
+        assert self._settings.tokenizer is not None
+        return self._settings.tokenizer
+
+    @property
     def options(self) -> Options:
         if self._options.tokenizer is None:  # the store's, loaded when first needed: reads never need it
             assert self._settings.tokenizer is not None
@@ -596,10 +602,14 @@ class PruneStore:
             return queries.stats(driver, row.session_id, 1, self._refreshed(driver, row))
 
     def verify(self, session: str | None = None) -> VerifyReport:
-        """Rerun `prune` over the stored messages and report every difference from the stored state."""
+        """Rerun `prune` over the stored messages and report every difference from the stored state.
+
+        Each message's tokens are counted again by the store's tokenizer and compared too.
+        """
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
+            policy = self._refreshed(driver)
             rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
-            return queries.verify_sessions(driver, rows, self._refreshed(driver))
+            return queries.verify_sessions(driver, rows, policy, self.options.count)
 
 
 def _recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:

@@ -140,3 +140,8 @@ def cached_prompt_equals_cold(store_url: str, make, add, read, script) -> None:
             add(writers[writer], batch)
             assert read(reader) == read(oracle)
         assert shared.verify().ok
+
+
+def char_tokens(text: str) -> int:
+    """A tokenizer other than the default, importable by path (``helpers:char_tokens``): one token a character."""
+    return len(text)

@@ -6,6 +6,7 @@ import json
 import sys
 import time
 import zlib
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from datetime import timedelta
 from pathlib import Path
@@ -13,11 +14,13 @@ from typing import Any
 
 import click
 
-from ..errors import InvalidMessageError
+from .. import settings
+from ..errors import InvalidMessageError, PruneStoreError
 from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_lines
 from ..results import Delta
+from ..settings import tokenizer_name
 from .common import DAYS, command, confirm, echo_json, main, open_store, printable
 
 
@@ -249,6 +252,11 @@ def _roles(text: str | None) -> frozenset[str] | None:
 @click.option("--pinned-roles", help="Comma-separated roles the budget never evicts.")
 @click.option("--restore", type=click.Choice(["transitive", "direct"]), help="How restoration follows references.")
 @click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
+@click.option(
+    "--tokenizer",
+    metavar="MODULE:NAME",
+    help="The function that counts a message's tokens, by import path; every message is counted again.",
+)
 @click.option("--yes", is_flag=True, help="Change the policy without asking.")
 def policy(
     ctx: click.Context,
@@ -257,10 +265,14 @@ def policy(
     pinned_roles: str | None,
     restore: str | None,
     dedupe_roles: str | None,
+    tokenizer: str | None,
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Show the store's policy; with options, change it and rebuild every session under the new one."""
+    """Show the store's policy and tokenizer; with options, change them and rebuild every session under them.
+
+    Stores open elsewhere (other processes, `prunestore serve`) take the change up on their next read or write.
+    """
     changes: dict[str, Any] = {}
     if budget is not None:
         changes["budget"] = None if budget.lower() == "none" else _int_option("--budget", budget)
@@ -271,18 +283,29 @@ def policy(
             changes[name] = value
     if restore is not None:
         changes["restore"] = restore
+    counter = None if tokenizer is None else load_tokenizer(tokenizer)
     with open_store(ctx) as store:
         chosen = store.policy
         if changes:
             chosen = replace(store.policy, **changes)
-            if chosen != store.policy:
-                confirm(f"Rebuild all {len(store.sessions())} sessions under the new policy?", yes)
-                store.rebuild(policy=chosen)
+        if chosen != store.policy or (counter is not None and tokenizer_name(counter) != store.tokenizer_name):
+            what = "policy" if counter is None else "tokenizer" if chosen == store.policy else "policy and tokenizer"
+            confirm(f"Rebuild all {len(store.sessions())} sessions under the new {what}?", yes)
+            store.rebuild(policy=chosen, tokenizer=counter)
+        shown = {**json.loads(chosen.to_json()), "tokenizer": store.tokenizer_name}
     if as_json:
-        echo_json(json.loads(chosen.to_json()))
+        echo_json(shown)
         return
-    for name, value in json.loads(chosen.to_json()).items():
+    for name, value in shown.items():
         click.echo(f"{name}: {value if value is not None else 'none'}")
+
+
+def load_tokenizer(path: str) -> Callable[[str], int]:
+    """The tokenizer named on the command line; a name that does not import is a usage error."""
+    try:
+        return settings.load_tokenizer(path)
+    except PruneStoreError as exc:
+        raise click.BadParameter(str(exc), param_hint="--tokenizer") from None
 
 
 def _int_option(name: str, text: str) -> int:
