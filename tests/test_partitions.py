@@ -142,3 +142,85 @@ def test_a_partitioned_store_refuses_to_go_below_the_hashed_ids(store_url, backe
         engine.dispose()
     with PruneStore(store_url) as store:
         assert {n: [(m.id, m.verdict) for m in store.messages(n)] for n in store.sessions()} == before
+
+
+def test_readers_queued_behind_a_partition_see_the_store_before_or_after(store_url, backend):
+    """Reads that wait for the partition's locks see every session once it commits, never an empty store."""
+    if backend == "sqlite":
+        pytest.skip("SQLite has no partitions (the refusal is tested above)")
+    from prunestore.integrations.openai_chat import OpenAIChatHistory
+
+    with PruneStore(store_url) as store:
+        fill(store, sessions=3, turns=10)
+        expected = {
+            "live": [m.id for m in store.live("s1")],
+            "messages": [m.id for m in store.messages("s1")],
+            "window": [e.message.id for e in store.window("s1").entries],
+            "stats": store.stats().sessions,
+            "summary": store.summary("s1").messages,
+            "sessions": store.sessions(),
+        }
+        expected["history"] = len(OpenAIChatHistory("s1", store).messages())
+    engine = db.make_engine(store_url)
+    blocker = engine.connect()
+    blocker.begin()
+    blocker.exec_driver_sql("LOCK TABLE prunestore_messages IN SHARE MODE")  # holds the partition back
+    reader = PruneStore(store_url)
+    reader.live("s1")  # connections made and the live list cached before the wait: the warm path
+    reads = {
+        "live": lambda: [m.id for m in reader.live("s1")],
+        "messages": lambda: [m.id for m in reader.messages("s1")],
+        "window": lambda: [e.message.id for e in reader.window("s1").entries],
+        "stats": lambda: reader.stats().sessions,
+        "summary": lambda: reader.summary("s1").messages,
+        "sessions": reader.sessions,
+        "history": lambda: len(OpenAIChatHistory("s1", reader).messages()),
+        "verify": lambda: reader.verify("s1").ok,
+    }
+    expected["verify"] = True
+    got: dict[str, object] = {}
+
+    def read(name: str) -> None:
+        try:
+            got[name] = reads[name]()
+        except Exception as exc:  # shown by the comparison below
+            got[name] = exc
+
+    count = partitions.partition_count(blocker) + 3 if partitions.partition_count(blocker) else 3
+    partitioner = threading.Thread(target=partitions.partition, args=(engine, count))
+    partitioner.start()
+    threads = []
+    try:
+        _wait_for_lock_queue(store_url, 1)
+        threads = [threading.Thread(target=read, args=(name,)) for name in reads]
+        for thread in threads:
+            thread.start()
+        _wait_for_lock_queue(store_url, 2)
+    finally:
+        blocker.rollback()
+        blocker.close()
+    partitioner.join()
+    for thread in threads:
+        thread.join()
+    reader.close()
+    engine.dispose()
+    assert got == expected
+
+
+def _wait_for_lock_queue(url: str, waiting: int) -> None:
+    """Until at least `waiting` backends wait for a lock (the partition first, then the readers behind it)."""
+    import time
+
+    watcher = sa.create_engine(url)
+    try:
+        deadline = time.monotonic() + 20
+        with watcher.connect() as conn:
+            while time.monotonic() < deadline:
+                found = conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE NOT granted").scalar()
+                if found >= waiting:
+                    time.sleep(0.3)  # the rest of the readers join the queue
+                    return
+                time.sleep(0.02)
+    finally:
+        watcher.dispose()
+    raise AssertionError(f"fewer than {waiting} backends waited for a lock")
