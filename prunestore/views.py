@@ -7,8 +7,10 @@ into the prompt:
 
 - a live message is sent as it was given, in append order;
 - a tool call is removed from its message when its result is stored and
-  pruned; a call with no result yet stays (it is the newest thing in the
-  conversation, and its result is on its way);
+  pruned; a call with no result yet stays while only results follow its
+  message (its result is on its way), and is removed once any other
+  message follows (the conversation went on without it: providers refuse a
+  call without its result);
 - a message left with no calls and no content is not sent; a message that
   was empty as given is;
 - a pruned message whose calls have live results is sent with those calls
@@ -80,6 +82,8 @@ class View:
     answered: dict[int, dict[str, int]] = field(default_factory=dict)  # caller seq -> call id -> result seq
     owners: dict[int, int] = field(default_factory=dict)  # result seq -> the caller it answers
     latest: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest caller
+    waiting: int = 0  # the last caller, while only results follow it and some of its calls have none yet
+    moved_on: int = 0  # seq of the last message that is not a result
     last_seq: int = 0
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -94,7 +98,7 @@ class View:
                 seq, live = message.seq, message.live
                 unit = self.form.unit(message) if seq > self.last_seq or seq not in self.callers else None
                 if seq > self.last_seq:
-                    self._register(seq, unit, len(message.content) + len(row[6] or ""))
+                    dirty.update(self._register(seq, unit, len(message.content) + len(row[6] or "")))
                 if seq in self.live:  # it makes calls, or answers one
                     self.live[seq] = live
                     dirty.add(self.owners.get(seq, seq))
@@ -104,27 +108,36 @@ class View:
             for seq in sorted(dirty):
                 self._place(seq, self._render(seq, sent))
 
-    def _register(self, seq: int, unit: Unit | None, text_size: int) -> None:
-        """Index a message new to the view: the calls it makes, or which caller it answers."""
+    def _register(self, seq: int, unit: Unit | None, text_size: int) -> Iterable[int]:
+        """Index a message new to the view: the calls it makes, or which caller it answers.
+
+        Returns the callers whose calls it leaves abandoned (they send less now).
+        """
         assert unit is not None
         self.last_seq = seq
         self.size += text_size + _ITEM_OVERHEAD
+        caller = self.latest.get(unit.answers) if unit.answers is not None and not unit.calls else None
+        if caller is not None:  # a result whose call the session does not hold is an ordinary message
+            self.answered[caller][unit.answers] = seq  # type: ignore[index]
+            self.owners[seq], self.live[seq] = caller, False
+            return ()
+        abandoned = [self.waiting] if self.waiting else []
+        self.moved_on, self.waiting = seq, 0
         if unit.calls:
             self.callers[seq], self.answered[seq], self.live[seq] = unit, {}, False
+            self.waiting = seq
             for call in unit.calls:
                 self.latest[call] = seq
-        elif unit.answers is not None:
-            caller = self.latest.get(unit.answers)
-            if caller is not None:  # a result whose call the session does not hold is an ordinary message
-                self.answered[caller][unit.answers] = seq
-                self.owners[seq], self.live[seq] = caller, False
+        return abandoned
 
     def _render(self, seq: int, sent: dict[int, Any | None]) -> Any | None:
         caller = self.callers.get(seq)
         if caller is None:
             return sent[seq]
         results = self.answered[seq]
-        pruned = frozenset(c for c in caller.calls if c in results and not self.live[results[c]])
+        pruned = frozenset(  # calls whose result was pruned, and those abandoned
+            c for c in caller.calls if (not self.live[results[c]] if c in results else seq < self.moved_on)
+        )
         if self.live[seq]:
             return self.form.without_calls(caller.item, pruned) if pruned else caller.item
         needed = frozenset(c for c in caller.calls if c in results and self.live[results[c]])

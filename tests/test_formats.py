@@ -13,6 +13,7 @@ from providers import anthropic_from_openai, openai_transcripts, validate_anthro
 
 from prunestore import InvalidMessageError, Message, from_anthropic, from_openai, prune
 from prunestore.formats import ToolResult, tool_key
+from prunestore.integrations.openai_chat import OPENAI_CHAT
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
 
@@ -124,6 +125,22 @@ def _appended_incrementally(store, session, transcripts, convert):
         yield messages
 
 
+def _assert_waiting_calls_at_the_end_kept(stored, sent: list[dict]) -> None:
+    """The calls of the session's last message but results, with no result stored yet, go out last;
+    no other call goes without its result."""
+    answered = {m.metadata["openai"]["tool_call_id"] for m in stored if m.metadata["openai"]["role"] == "tool"}
+    last = next((m for m in reversed(stored) if m.metadata["openai"]["role"] != "tool"), None)
+    calls = last.metadata["openai"].get("tool_calls") or [] if last is not None and last.live else []
+    waiting = {c["id"] for c in calls if c["id"] not in answered}
+    unanswered = set()
+    for m in sent:
+        if m["role"] == "assistant":
+            unanswered = {c["id"] for c in m.get("tool_calls") or []}
+        elif m["role"] == "tool":
+            unanswered.discard(m["tool_call_id"])
+    assert unanswered == waiting
+
+
 def _assert_live_content_sent(store, session, rendered_json: str) -> None:
     for m in store.live(session):
         text = m.metadata["openai"].get("content") if "openai" in (m.metadata or {}) else None
@@ -138,15 +155,18 @@ def test_every_render_after_every_append_is_valid(store, transcript, dropped):
     prefixes = [transcript[: n + 1] for n in range(len(transcript))]
     for _ in _appended_incrementally(store, session, prefixes, lambda p: from_openai(p, **OPTIONS)):
         openai = store.render(session, "openai", dropped=dropped)
-        validate_openai(openai.messages)
+        validate_openai(openai.messages, waiting_at_end=True)
+        _assert_waiting_calls_at_the_end_kept(store.messages(session), openai.messages)
+        if dropped == "omit":  # one rule for every prompt: the rendered one is the view's
+            assert openai.messages == store.view(session, OPENAI_CHAT)
         live_results = {m.id for m in store.live(session) if m.metadata["openai"]["role"] == "tool"}
         sent_results = {m["tool_call_id"]: m["content"] for m in openai.messages if m["role"] == "tool"}
         assert live_results <= set(sent_results)
         for call_id in set(sent_results) - live_results:  # only placeholders stand in for pruned results
-            assert dropped == "placeholder" and sent_results[call_id].startswith("[result pruned")
+            assert dropped == "placeholder" and sent_results[call_id].startswith(("[result pruned", "[no result"))
         _assert_live_content_sent(store, session, json.dumps(openai.messages))
         anthropic = store.render(session, "anthropic", dropped=dropped)
-        validate_anthropic(anthropic.system, anthropic.messages)
+        validate_anthropic(anthropic.system, anthropic.messages, waiting_at_end=True)
         _assert_live_content_sent(store, session, json.dumps([anthropic.system, anthropic.messages]))
         assert openai.report.tokens_out <= openai.report.tokens_in or dropped == "placeholder"
         assert store.render(session, "text").text.count("\n\n") + 1 >= min(1, len(store.live(session)))
@@ -162,9 +182,9 @@ def test_anthropic_transcripts_render_valid_after_every_append(store, transcript
         for format in ("anthropic", "openai"):
             rendered = store.render(session, format, dropped=dropped)
             if format == "anthropic":
-                validate_anthropic(rendered.system, rendered.messages)
+                validate_anthropic(rendered.system, rendered.messages, waiting_at_end=True)
             else:
-                validate_openai(rendered.messages)
+                validate_openai(rendered.messages, waiting_at_end=True)
 
 
 @settings(max_examples=30)
@@ -186,12 +206,13 @@ def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(sto
 
 
 def _complete(transcript: list[dict]) -> list[dict]:
-    """The transcript without calls still waiting for their result (a pending call is not sent)."""
+    """The transcript without abandoned calls (no result, and the conversation went on: they are not sent)."""
     answered = {m["tool_call_id"] for m in transcript if m["role"] == "tool"}
+    last_other = max(i for i, m in enumerate(transcript) if m["role"] != "tool" and not m.get("tool_calls"))
     out = []
-    for m in transcript:
+    for i, m in enumerate(transcript):
         calls = m.get("tool_calls")
-        if calls and any(c["id"] not in answered for c in calls):
+        if calls and i < last_other and any(c["id"] not in answered for c in calls):
             kept = [c for c in calls if c["id"] in answered]
             m = {**m, "tool_calls": kept} if kept else {k: v for k, v in m.items() if k != "tool_calls"}
             if not kept and not m.get("content"):

@@ -170,3 +170,31 @@ def test_sessions_get_their_token_totals_and_a_first_history_point(store_url):
         assert store.verify().ok
         store.append("s", Message("later", "user", "question later", 20))
         assert len(store.history("s")) == 2 and store.verify().ok
+
+
+@pytest.mark.plain_tables
+def test_a_store_from_before_0009_records_the_tokenizer_it_is_opened_with(store_url):
+    from helpers import char_tokens
+
+    from prunestore import TokenizerMismatchError
+
+    with PruneStore(store_url, policy=BUDGET, tokenizer=char_tokens) as store:
+        ask_and_answer(store, range(6))
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0008")  # before the settings generation: no tokenizer recorded
+        with engine.connect() as conn:
+            names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM prunestore_settings")}
+        assert names == {"policy"}
+        db.upgrade(engine)
+    finally:
+        engine.dispose()
+    with PruneStore(store_url, tokenizer=char_tokens) as store:  # the tokenizer that counted the tokens
+        assert store.tokenizer_name == "helpers:char_tokens" and store.policy == BUDGET
+        assert store.verify().ok
+        ask_and_answer(store, range(6, 9))
+        assert store.verify().ok
+    with pytest.raises(TokenizerMismatchError, match="helpers:char_tokens"):
+        PruneStore(store_url, tokenizer=len)
+    with PruneStore(store_url) as store:  # follows the recorded one
+        assert store.tokenizer is char_tokens

@@ -1,8 +1,16 @@
 """Rendering, the provider-neutral part: which stored messages go out, and each call with its result.
 
-Every kept call has its result right after it; a call whose result is gone
-is removed (or, with ``dropped="placeholder"``, its result says why it is
-gone); an assistant message left empty is dropped.
+Every kept call has its result right after it; a call whose result was
+pruned is removed (or, with ``dropped="placeholder"``, its result says why
+it is gone). A call with no result stored:
+
+- is *waiting* while nothing but results follows its message: it stays,
+  last in the prompt, for the caller to add its result before sending;
+- is *abandoned* once any other message follows: it is removed (or, with
+  ``dropped="placeholder"``, gets a result saying none came), since
+  providers refuse a call left without its result.
+
+An assistant message left empty is dropped.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ PLACEHOLDERS = {
     EXPIRED: "[result pruned: expired]",
     EVICTED: "[result pruned: evicted to stay under the token budget]",
 }
+ABANDONED = "[no result: the conversation went on without one]"
 
 
 @dataclass(frozen=True)
@@ -67,6 +76,7 @@ class Item:
     calls: list[Call] = field(default_factory=list)
     call_id: str | None = None  # for a tool result
     content: str | None = None  # replaced content (a placeholder)
+    waiting: set[str] = field(default_factory=set)  # ids of calls whose result is still to come
 
 
 def item_of(message: StoredMessage) -> Item:
@@ -110,9 +120,13 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tup
             results.setdefault(item.call_id, item)
         for call in item.calls:
             callers.setdefault(call.id, item)
+    # The last message that is not a result: calls with no result made before it are abandoned.
+    moved_on = max(
+        (i for i, item in enumerate(items) if not (item.role == "tool" and item.call_id in callers)), default=-1
+    )
     removed = placeholders = 0
     plan: list[tuple[Item, list[Item]]] = []
-    for item in items:
+    for index, item in enumerate(items):
         live = item.message.verdict in LIVE_VERDICTS
         if item.role == "tool" and item.call_id in callers:
             continue  # goes out right after its call, or not at all
@@ -126,7 +140,12 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tup
                     result.content = PLACEHOLDERS.get(result.message.verdict, "[result pruned]")
                     answered.append(result)
                     placeholders += 1
-            kept_ids = {r.call_id for r in answered}
+                elif result is None and live and index == moved_on:
+                    item.waiting.add(call.id)
+                elif result is None and live and dropped == "placeholder":
+                    answered.append(Item(item.message, "tool", None, None, call_id=call.id, content=ABANDONED))
+                    placeholders += 1
+            kept_ids = {r.call_id for r in answered} | item.waiting
             removed += sum(call.id not in kept_ids for call in item.calls) if (live or answered) else 0
             if not live and not answered:
                 continue
@@ -137,7 +156,8 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tup
 
 
 def kept_calls(item: Item, answered: list[Item]) -> list[Call]:
-    ids = {r.call_id for r in answered}
+    """The calls of `item` that go out: those with a result in `answered`, and those waiting for theirs."""
+    ids = {r.call_id for r in answered} | item.waiting
     return [call for call in item.calls if call.id in ids]
 
 
