@@ -142,7 +142,7 @@ def test_add_get_pop_clear_like_sqlite_session(open_session):
         with pytest.raises(TypeError, match="read-only"):
             shared["content"] = "changed"  # the items are the cache's: read-only
         assert {**shared, "content": "changed"}["content"] == "changed" and (await ours.get_items())[0] == ITEMS[0]
-        for limit in (None, 1, 3, 0, -1, 100):
+        for limit in (None, 1, 3, 0, -1, len(ITEMS), len(ITEMS) + 1, 2 * len(ITEMS) - 1, 100):
             assert await ours.get_items(limit) == await theirs.get_items(limit), limit
         assert await ours.pop_item() == await theirs.pop_item() == ITEMS[-1]
         assert await ours.get_items() == await theirs.get_items()

@@ -78,7 +78,7 @@ class PruneStoreSession:
         except SessionNotFoundError:
             return []
         if limit is not None and limit >= 0:
-            return items[len(items) - limit :] if limit else []
+            return items[max(len(items) - limit, 0) :] if limit else []
         return items
 
     async def add_items(self, items: list[Any]) -> None:
