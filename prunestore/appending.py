@@ -16,7 +16,7 @@ from .audit import FirstAppend
 from .driver import Driver
 from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
 from .incremental import Maintainer, MsgState, NoRows, new_state
-from .model import MESSAGE_FIELDS, Message, Policy, check_identifier
+from .model import MAX_IDENTIFIER_BYTES, MESSAGE_FIELDS, Message, Policy, check_identifier, check_key_count
 from .results import Delta
 from .storage import MESSAGES_BY_ID, SessionRow, SessionRows, lock_session_for_append, stored_message
 from .text import count_tokens
@@ -105,8 +105,17 @@ class Options:
         return tokens
 
     def check(self, state: MsgState) -> None:
-        """Refuse a message larger than the store's limits (set when it is opened)."""
+        """Refuse a message larger than the store's limits (set when it is opened), or with marker keys
+        past the limits every key has."""
         content = state.message.content if state.message is not None else ""
+        for field, keys in (("DEFINE: markers", state.defines), ("REF: markers", state.refs)):
+            check_key_count(f"content ({field})", keys)
+            long = next((key for key in keys if len(key) > MAX_IDENTIFIER_BYTES), None)
+            if long is not None:
+                raise InvalidMessageError(
+                    f"content={shorten(content)}: the key {shorten(long)} of a marker is over "
+                    f"{MAX_IDENTIFIER_BYTES} characters"
+                )
         if len(content) * 4 > self.max_content_bytes:  # cheap bound first: at most 4 bytes a character
             size = len(content.encode("utf-8"))
             if size > self.max_content_bytes:

@@ -17,7 +17,16 @@ from .errors import InvalidArgumentError, shorten
 from .lifecycle import delete_rows
 from .results import SessionSummary
 
-__all__ = ["check_whole", "page_params", "idle_cutoff", "list_names", "list_summaries", "remove_idle", "BATCH_MESSAGES"]
+__all__ = [
+    "check_whole",
+    "check_text",
+    "page_params",
+    "idle_cutoff",
+    "list_names",
+    "list_summaries",
+    "remove_idle",
+    "BATCH_MESSAGES",
+]
 
 _NO_LIMIT = 2**62
 # A removal transaction also ends once it has removed this many messages: on SQLite
@@ -59,23 +68,38 @@ STILL_IDLE_PG = Statement(
 
 def page_params(prefix: object, idle_for: object, limit: object, after: object, limit_field: str = "limit") -> dict:
     """The parameters of one page's statement, once every argument is checked."""
-    if prefix is not None and not isinstance(prefix, str):
-        raise InvalidArgumentError(f"prefix={shorten(prefix)}: must be a string")
-    if after is not None and not isinstance(after, str):
-        raise InvalidArgumentError(f"after={shorten(after)}: must be a session name")
+    if prefix is not None:
+        check_text("prefix", prefix, "a string")
+    if after is not None:
+        check_text("after", after, "a session name")
     if limit is not None:
         check_whole(limit_field, limit, 1)
     page: dict = {"after": after or "", "limit": limit if limit is not None else _NO_LIMIT}  # names are never empty
-    if prefix:
+    if isinstance(prefix, str) and prefix:
         page.update(prefix=prefix, prefix_length=len(prefix))
     if idle_for is not None:
         page["cutoff"] = idle_cutoff(idle_for)
     return page
 
 
+MOST = 2**62  # the largest count or seq an argument may give: sums of two stay within 64-bit integers
+
+
 def check_whole(field: str, value: object, least: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < least:
-        raise InvalidArgumentError(f"{field}={shorten(value)}: must be a whole number, at least {least}")
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= MOST:
+        raise InvalidArgumentError(f"{field}={shorten(value)}: must be a whole number from {least} to 2**62")
+
+
+def check_text(field: str, value: object, what: str) -> None:
+    """A name or prefix to look sessions up by: a string a session name could hold (no NUL, UTF-8)."""
+    if not isinstance(value, str):
+        raise InvalidArgumentError(f"{field}={shorten(value)}: must be {what}")
+    if "\x00" in value:
+        raise InvalidArgumentError(f"{field}={shorten(value)}: must not contain NUL")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidArgumentError(f"{field}={shorten(value)}: cannot be encoded as UTF-8") from None
 
 
 def idle_cutoff(idle_for: object) -> int:
@@ -84,7 +108,8 @@ def idle_cutoff(idle_for: object) -> int:
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not math.isfinite(seconds) or seconds < 0:
         raise InvalidArgumentError(f"idle_for={shorten(idle_for)}: must be a timedelta or seconds, at least 0")
     # Last writes are whole seconds: a session counts as idle when its last write's second is this far back.
-    return math.floor(time.time() - seconds) + 1
+    # Longer ago than any time a row holds is as good as never: the bound keeps it a 64-bit integer.
+    return max(math.floor(time.time() - min(seconds, MOST)) + 1, -MOST)
 
 
 def list_names(driver: Driver, page: dict) -> list[str]:

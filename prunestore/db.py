@@ -67,8 +67,15 @@ def resolve_url(url: str | None) -> str:
     return url
 
 
+CONNECT_TIMEOUT_S = 10
+
+
 def make_engine(url: str | None = None) -> Engine:
-    """An engine set up for prunestore's locking on SQLite or PostgreSQL."""
+    """An engine set up for prunestore's locking on SQLite or PostgreSQL.
+
+    PostgreSQL connections give up after ``CONNECT_TIMEOUT_S`` seconds on a
+    server that does not answer; ``?connect_timeout=N`` in the URL sets another.
+    """
     return _make(resolve_url(url), sa.create_engine, "postgres")
 
 
@@ -89,7 +96,7 @@ def in_memory(url: str) -> bool:
     """Whether `url` names an in-memory SQLite database (which lives and dies with its one connection)."""
     try:
         parsed = sa.engine.make_url(url)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):
         return False
     database = parsed.database or ""
     return parsed.get_backend_name() == "sqlite" and (database in ("", ":memory:") or "mode=memory" in url)
@@ -99,11 +106,11 @@ def shown_url(url: str) -> str:
     """`url` as it may appear in a message: the password masked."""
     try:
         return sa.engine.make_url(url).render_as_string(hide_password=True)
-    except sa.exc.ArgumentError:
+    except (sa.exc.ArgumentError, ValueError):
         return re.sub(r"(://[^:/@]*:)[^@/]*@", r"\1***@", url)
 
 
-def _url_problem(url: str, exc: Exception) -> str:
+def _url_problem(url: str, exc: BaseException) -> str:
     """One line saying what is wrong with a URL SQLAlchemy could not use, and how to write it."""
     if "://" not in url:
         return f"not a database URL; for a SQLite file write sqlite:///{url}"
@@ -113,6 +120,8 @@ def _url_problem(url: str, exc: Exception) -> str:
             f"a SQLite URL has no host part: write {scheme}:///{rest} for a path relative to the working "
             f"directory, or {scheme}:////absolute/path.db"
         )
+    if isinstance(exc, ValueError):
+        return f"cannot read its host or port ({exc})"
     return str(exc).strip().splitlines()[0]
 
 
@@ -138,13 +147,19 @@ def _make(url: str, create, extra: str):
     try:
         parsed = sa.engine.make_url(url)
         backend = parsed.get_backend_name()
-    except sa.exc.ArgumentError as exc:
-        raise PruneStoreError(f"url={shown_url(url)!r}: {_url_problem(url, exc)}") from None
+    except (sa.exc.ArgumentError, ValueError) as exc:  # ValueError: a port or host SQLAlchemy cannot read
+        raise PruneStoreError(f"url={shorten(shown_url(url), 200)}: {_url_problem(url, exc)}") from None
     if backend not in ("sqlite", "postgresql"):
         raise PruneStoreError(f"url={shown_url(url)!r}: only sqlite and postgresql URLs are supported")
-    read_only = _read_only_sqlite(parsed) if backend == "sqlite" else None
     try:
-        engine = create(read_only or url)
+        read_only = _read_only_sqlite(parsed) if backend == "sqlite" else None
+    except OSError as exc:  # a path the system cannot look at: too long, a loop of links, ...
+        raise PruneStoreError(f"url={shorten(shown_url(url), 200)}: {exc.strerror or exc}") from None
+    options = {}
+    if backend == "postgresql" and "connect_timeout" not in parsed.query:
+        options["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
+    try:
+        engine = create(read_only or url, **options)
     except (sa.exc.ArgumentError, ImportError) as exc:
         missing = getattr(exc, "name", None) or str(exc)
         hint = f" (pip install 'prunestore[{extra}]')" if "psycopg" in missing or extra == "asyncio" else ""
@@ -213,7 +228,7 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
     reader see one snapshot (SQLite readers always do), taken once no schema
     change holds the tables. Driver errors become `DatabaseError`.
     """
-    with wrap_database_errors(action):
+    with wrap_database_errors(action, engine.dialect.loaded_dbapi.Error):  # a pool's new connection raises these
         pooled = engine.raw_connection()
     try:
         # The DBAPI connection: the driver's own, or SQLAlchemy's adapter of an asyncio driver.
@@ -231,8 +246,23 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
             raise
         with driver.errors_as(action):
             driver.raw.commit()
+    except DatabaseError as exc:
+        _forget_if_disconnected(engine, pooled, exc)
+        raise
     finally:
         pooled.close()
+
+
+def _forget_if_disconnected(engine: Engine, pooled: sa.PoolProxiedConnection, exc: DatabaseError) -> None:
+    """After a lost connection (the server restarted, the network dropped), let no call use the pool's
+    other connections of the same age either: they are reconnected on their next checkout, as SQLAlchemy
+    does for its own statements. So one call fails, with one line, and the next ones work again."""
+    cause = exc.__cause__
+    while cause is not None and not isinstance(cause, engine.dialect.loaded_dbapi.Error):
+        cause = cause.__cause__
+    dbapi = pooled.dbapi_connection
+    if cause is not None and engine.dialect.is_disconnect(cause, dbapi, None):
+        engine.pool._invalidate(pooled, cause)
 
 
 def _migrations_location() -> str:

@@ -101,7 +101,7 @@ class Driver:
             raise DatabaseError(f"{action} failed: {detail}") from exc
 
     def execute_plain(self, sql: str) -> None:
-        """A statement with no parameters and no result (BEGIN, SET ...)."""
+        """A statement with no parameters and no result (BEGIN, SET ...); the caller wraps its errors."""
         cursor = self.raw.cursor()
         try:
             cursor.execute(sql)
@@ -125,9 +125,15 @@ class Driver:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
         return DatabaseError(f"{statement.text[:50]}... failed: {detail}")
 
+    def _cursor(self, statement: Statement) -> Any:
+        try:
+            return self.raw.cursor()  # psycopg: fails on a connection it knows is closed
+        except self._errors as exc:
+            raise self._fail(statement, exc) from exc
+
     def _run(self, statement: Statement, params: dict[str, Any]):
         sql, params = statement.render(self.pyformat, params)
-        cursor = self.raw.cursor()
+        cursor = self._cursor(statement)
         try:
             cursor.execute(sql, params)
         except self._errors as exc:
@@ -138,7 +144,9 @@ class Driver:
     def all(self, statement: Statement, params: dict[str, Any]) -> list[tuple]:
         cursor = self._run(statement, params)
         try:
-            return cursor.fetchall()
+            return cursor.fetchall()  # SQLite reads the rows here: a damaged file shows here
+        except self._errors as exc:
+            raise self._fail(statement, exc) from exc
         finally:
             cursor.close()
 
@@ -146,6 +154,8 @@ class Driver:
         cursor = self._run(statement, params)
         try:
             return cursor.fetchone()
+        except self._errors as exc:
+            raise self._fail(statement, exc) from exc
         finally:
             cursor.close()
 
@@ -160,7 +170,7 @@ class Driver:
         if not rows:
             return
         sql, _ = statement.render(self.pyformat, rows[0])
-        cursor = self.raw.cursor()
+        cursor = self._cursor(statement)
         try:
             cursor.executemany(sql, rows)
         except self._errors as exc:

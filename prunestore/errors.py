@@ -116,16 +116,20 @@ def shorten(value: object, limit: int = 60) -> str:
         text = repr(value)
     except RecursionError:
         return f"<{type(value).__name__} nested too deeply to show>"
+    except ValueError:  # an int past Python's digit limit, alone or inside a container
+        if isinstance(value, int):
+            return f"<an int of {value.bit_length()} bits>"
+        return f"<{type(value).__name__} holding an int too long to show>"
     if len(text) <= limit:
         return text
     return text[: limit - 15] + f"...({len(text)} chars)"
 
 
 @contextmanager
-def wrap_database_errors(action: str) -> Iterator[None]:
-    """Re-raise SQLAlchemy errors as `DatabaseError`, naming what was being done."""
+def wrap_database_errors(action: str, *also: type[Exception]) -> Iterator[None]:
+    """Re-raise SQLAlchemy errors (and those of the types in `also`) as `DatabaseError`, naming what was being done."""
     try:
         yield
-    except sa_exc.SQLAlchemyError as exc:
+    except (sa_exc.SQLAlchemyError, *also) as exc:  # type: ignore[misc]
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
         raise DatabaseError(f"{action} failed: {detail}") from exc

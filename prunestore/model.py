@@ -7,7 +7,7 @@ it gets near a store, and the error names the field and the value.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sized
 from dataclasses import dataclass, field, fields
 from typing import Any, TypeVar
 
@@ -50,10 +50,18 @@ def _check_keys(field_name: str, keys: object) -> tuple[str, ...]:
     if not isinstance(keys, Iterable) or isinstance(keys, Mapping):
         raise _fail(field_name, keys, "must be a list of keys")
     result = tuple(keys)
+    check_key_count(field_name, result)
     for key in result:
         if not isinstance(key, str) or not KEY_PATTERN.fullmatch(key):
             raise _fail(field_name, key, "a key must match [A-Za-z0-9_-]+")
+        if len(key) > MAX_IDENTIFIER_BYTES:
+            raise _fail(field_name, key, f"a key must be at most {MAX_IDENTIFIER_BYTES} characters")
     return result
+
+
+def check_key_count(field_name: str, keys: Sized) -> None:
+    if len(keys) > MAX_KEYS:
+        raise _fail(field_name, keys, f"{len(keys)} keys, over the limit of {MAX_KEYS}")
 
 
 def encode_metadata(metadata: Mapping[str, Any] | None) -> str | None:
@@ -116,13 +124,19 @@ def _check_turn(field_name: str, value: object, minimum: int) -> None:
         raise _fail(field_name, value, f"must be <= {MAX_TURN}")
 
 
+MAX_IDENTIFIER_BYTES = 1024  # an id, tool key or key, UTF-8 encoded: PostgreSQL indexes hold up to 2,704 bytes
+MAX_KEYS = 10_000  # keys a message defines or refers to, in a field or by content markers
+
+
 def check_identifier(field_name: str, value: object) -> None:
-    """Identifiers (id, tool_key): non-empty strings, UTF-8, no NUL."""
+    """Identifiers (id, tool_key): non-empty strings, UTF-8, no NUL, at most `MAX_IDENTIFIER_BYTES`."""
     if not isinstance(value, str) or not value:
         raise _fail(field_name, value, "must be a non-empty string")
     if "\x00" in value:
         raise _fail(field_name, value, "must not contain NUL")
     _check_utf8(field_name, value)
+    if len(value) * 4 > MAX_IDENTIFIER_BYTES and len(value.encode("utf-8")) > MAX_IDENTIFIER_BYTES:
+        raise _fail(field_name, value, f"longer than {MAX_IDENTIFIER_BYTES} bytes as UTF-8")
 
 
 def _check_utf8(field_name: str, value: str) -> None:

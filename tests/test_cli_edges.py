@@ -374,3 +374,26 @@ def test_the_async_store_on_sqlite_needs_no_asyncio_driver(monkeypatch, tmp_path
             return [m.id for m in await store.live("s")]
 
     assert asyncio.run(main()) == ["a"]
+
+
+@pytest.mark.sqlite
+def test_a_damaged_sqlite_file_is_one_line(tmp_path):
+    """Pages of the messages table overwritten: what reads them says so in one line, CLI and API alike."""
+    from prunestore import DatabaseError
+
+    path = tmp_path / "damaged.db"
+    with PruneStore(f"sqlite:///{path}") as store:
+        for n in range(4):
+            store.append(f"s{n}", [Message(f"m{i}", "user", f"message {i} " * 40, i) for i in range(300)])
+    size = path.stat().st_size
+    with open(path, "r+b") as file:  # the store is closed, its log written back: the file is all there is
+        for offset in range(size // 3, size - 4096, 16384):
+            file.seek(offset)
+            file.write(bytes(range(256)) * 16)
+    line = one_line_error(invoke("--db", f"sqlite:///{path}", "verify", "--all"))
+    assert line.startswith("Error:"), line
+    with PruneStore(f"sqlite:///{path}") as store, pytest.raises(DatabaseError) as info:
+        for name in store.sessions():
+            store.messages(name)
+            store.verify(name)
+    assert "\n" not in str(info.value)

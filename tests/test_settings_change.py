@@ -95,7 +95,7 @@ def sync_store(store_url):
 def test_a_web_view_started_before_a_change_shows_the_new_budget(sync_store):
     served, other = sync_store(), sync_store()
     _turns(served, "s", 1, 40)
-    client = TestClient(create_app(served))
+    client = TestClient(create_app(served), base_url="http://127.0.0.1:8000")
     assert 'id="budget"' not in client.get("/chart", params={"session": "s"}).text
     other.rebuild(policy=BUDGET)
     page = client.get("/chart", params={"session": "s"}).text

@@ -11,6 +11,7 @@ import sqlalchemy as sa
 from prunestore import (
     Delta,
     DuplicateMessageError,
+    InvalidArgumentError,
     InvalidMessageError,
     InvalidPolicyError,
     Message,
@@ -418,3 +419,81 @@ def test_verify_finds_a_prompt_message_below_the_cursor_not_held(open_store):
     assert store.verify().ok
     store.append("s", [M("u99", "user", "one more", 99), M("a99", "assistant", "ok", 99)])
     assert store.live("s")[0].id == "sys" and store.verify().ok
+
+
+# -- limits that hold on both backends, checked before anything is written --------------------
+
+LONG = "x" * 1025  # one byte over the limit of an id, tool key or key
+WIDE = "é" * 513  # 1,026 bytes in 513 characters
+
+
+@pytest.mark.parametrize(
+    ("build", "named"),
+    [
+        (lambda: M(LONG, "user", "x", 1), "id="),
+        (lambda: M(WIDE, "user", "x", 1), "id="),
+        (lambda: M("a", "tool_output", "x", 1, tool_key=LONG), "tool_key="),
+        (lambda: M("a", "user", "x", 1, defines=(LONG,)), "defines="),
+        (lambda: M("a", "user", "x", 1, refs=[f"k{i}" for i in range(10_001)]), "refs="),
+        (lambda: M("a", "user", "x", 10**5000), "turn=<an int of"),
+        (lambda: M("a", "user", "x", 1, metadata={"n": 10**5000}), "metadata="),
+    ],
+)
+def test_values_past_the_limits_are_refused_by_name(store, build, named):
+    store.append("s", M("first", "user", "x", 0))
+    before = row_counts(store)
+    with pytest.raises(InvalidMessageError) as info:
+        store.append("s", build())
+    assert named in str(info.value)
+    assert row_counts(store) == before
+
+
+@pytest.mark.parametrize(
+    ("content", "named"),
+    [("DEFINE:" + LONG, "over 1024 characters"), (" ".join(f"REF:k{i}" for i in range(10_001)), "10001 keys")],
+)
+def test_marker_keys_past_the_limits_are_refused(store, content, named):
+    before = row_counts(store)
+    with pytest.raises(InvalidMessageError, match=named):
+        store.append("s", M("a", "user", content, 1))
+    assert row_counts(store) == before
+
+
+def test_values_at_the_limits_are_stored_on_every_backend(store):
+    edge, wide = "x" * 1024, "é" * 512
+    store.append(
+        "s", [M(edge, "tool_output", "a", 1, tool_key=edge, defines=(edge,)), M(wide, "user", f"REF:{edge}", 2)]
+    )
+    assert [m.id for m in store.live("s")] == [edge, wide]
+    assert store.verify().ok
+
+
+def test_a_tool_key_from_long_arguments_is_a_digest(store):
+    from prunestore.formats import tool_key
+
+    key = tool_key("write_file", {"text": "y" * 5000})
+    assert key.startswith("write_file:sha256:") and key == tool_key("write_file", '{"text": "' + "y" * 5000 + '"}')
+    assert key != tool_key("write_file", {"text": "y" * 5001})
+    store.append("s", [M("a", "tool_output", "done", 1, tool_key=key), M("b", "tool_output", "done", 2, tool_key=key)])
+    assert [m.verdict for m in store.messages("s")] == ["superseded", "kept"]
+
+
+@pytest.mark.parametrize(
+    "call",
+    [
+        lambda s: s.window("s", after=2**63 - 1),
+        lambda s: s.window("s", limit=2**63),
+        lambda s: s.sessions(limit=2**63),
+        lambda s: s.summaries(prefix="a\x00"),
+        lambda s: s.sessions(after="\x00"),
+    ],
+)
+def test_arguments_past_64_bits_or_with_nul_are_refused(store, call):
+    store.append("s", M("a", "user", "x", 1))
+    with pytest.raises(InvalidArgumentError):
+        call(store)
+
+
+def test_an_idle_time_longer_than_any_is_nothing_idle(store):
+    store.append("s", M("a", "user", "x", 1))
+    assert store.gc(idle_for=1e300).sessions == () and store.sessions() == ["s"]

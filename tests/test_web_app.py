@@ -41,7 +41,7 @@ def filled(store):
 
 
 def test_every_page_answers_and_matches_the_store(filled):
-    client = TestClient(create_app(filled))
+    client = TestClient(create_app(filled), base_url="http://127.0.0.1:8000")
     stored = filled.messages(NAME)
     page = client.get("/", params={"prefix": "team/"})
     assert page.status_code == 200 and "team/a?b#c%d" in page.text
@@ -87,16 +87,47 @@ def test_the_reads_behind_the_pages(filled):
         ("/session", 400),
         ("/session?name=x&after=-1", 400),
         ("/session?name=x&after=%C2%B2", 400),
+        ("/session?name=x&after=9223372036854775807", 400),
+        ("/session?name=x&after=99999999999999999999", 400),
+        ("/session?name=x&after=" + "9" * 5000, 400),
+        ("/session?name=" + "n" * 600, 400),
+        ("/session?name=a%00b", 400),
+        ("/chart?session=a%00b", 400),
+        ("/?prefix=%00", 400),
+        ("/?after=a%00", 400),
+        ("/message?session=x&id=" + "i" * 5000, 400),
     ],
 )
 def test_errors_are_pages_with_a_status(filled, path, status):
-    response = TestClient(create_app(filled)).get(path)
+    response = TestClient(create_app(filled), base_url="http://127.0.0.1:8000").get(path)
     assert response.status_code == status
     assert 'id="error"' in response.text
 
 
+@pytest.mark.parametrize(
+    ("base", "allowed", "status"),
+    [
+        ("http://127.0.0.1:8000", None, 200),
+        ("http://localhost:8000", None, 200),
+        ("http://[::1]:8000", None, 200),
+        ("http://LOCALHOST", None, 200),
+        ("http://attacker.example:8000", None, 400),  # a rebinding name that resolves to this machine
+        ("http://testserver", None, 400),
+        ("http://view.example:8000", ["view.example"], 200),
+        ("http://127.0.0.1:8000", ["view.example"], 400),
+    ],
+)
+def test_only_allowed_host_names_are_answered(filled, base, allowed, status):
+    app = create_app(filled) if allowed is None else create_app(filled, allowed_hosts=allowed)
+    response = TestClient(app, base_url=base).get("/")
+    assert response.status_code == status
+    assert response.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    if status == 400:
+        assert NAME not in response.text
+
+
 def test_nothing_can_be_written(filled):
-    client = TestClient(create_app(filled))
+    client = TestClient(create_app(filled), base_url="http://127.0.0.1:8000")
     before = filled.messages(NAME)
     for method in ("POST", "PUT", "PATCH", "DELETE"):
         for path in ("/", "/session", "/message", "/content", "/chart"):
@@ -152,7 +183,7 @@ def test_the_chart_takes_the_last_point_of_each_turn_and_thins_only_what_one_pix
 
 def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):
     """Pages read while a writer (another store object, in another thread) appends stay consistent."""
-    client = TestClient(create_app(filled))
+    client = TestClient(create_app(filled), base_url="http://127.0.0.1:8000")
     writer = PruneStore(store_url)
     start = filled.summary(NAME).current_turn + 1
 
@@ -181,7 +212,7 @@ def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):
 def test_an_empty_session_has_its_pages(store):
     store.append("emptied", Message("only", "user", "hello", 0))
     store.pop("emptied")
-    client = TestClient(create_app(store))
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
     chart = client.get("/chart", params={"session": "emptied"})
     assert chart.status_code == 200 and "holds no messages" in chart.text and "<polyline" not in chart.text
     page = client.get("/session", params={"name": "emptied"})

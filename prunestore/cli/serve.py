@@ -24,7 +24,15 @@ def is_loopback(host: str) -> bool:
 @command(main)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Address to listen on.")
 @click.option("--port", default=8000, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
-def serve(ctx: click.Context, host: str, port: int, as_json: bool) -> None:
+@click.option(
+    "--allow-host",
+    "allow_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="Also answer requests for this host name (repeatable); by default only this machine's names "
+    "when listening on it, and any name otherwise.",
+)
+def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...], as_json: bool) -> None:
     """A read-only web view of the store's sessions, at http://HOST:PORT/.
 
     Pages list the sessions, show one as the model sees it (pruned messages
@@ -33,11 +41,17 @@ def serve(ctx: click.Context, host: str, port: int, as_json: bool) -> None:
     login: it listens on this machine only unless --host says otherwise.
     Needs the web extra: pip install 'prunestore[web]'. With --json, the
     store and the address are printed as one JSON object before serving.
+
+    Listening on this machine, it answers only requests for localhost,
+    127.0.0.1 and ::1 (and the --allow-host names), so a web page in the
+    operator's browser cannot read it through a name of its own (DNS
+    rebinding).
     """
     try:
         import uvicorn
 
         from ..web import create_app
+        from ..web.app import LOOPBACK_HOSTS
     except ImportError as exc:
         raise click.ClickException(
             f"prunestore serve needs the web extra ({exc.name} is missing): pip install 'prunestore[web]'"
@@ -57,6 +71,10 @@ def serve(ctx: click.Context, host: str, port: int, as_json: bool) -> None:
     else:
         click.echo(f"prunestore: {db.shown_url(store.url)}, read-only, at {address} (Ctrl-C stops)", err=True)
     try:
-        uvicorn.run(create_app(store), host=host, port=port, log_level="warning")
+        loopback = is_loopback(host)
+        allowed = [*LOOPBACK_HOSTS, *allow_hosts] if loopback else (list(allow_hosts) or None)
+        if allowed is not None and not loopback:
+            allowed.append(host)
+        uvicorn.run(create_app(store, allowed_hosts=allowed), host=host, port=port, log_level="warning")
     finally:
         store.close()

@@ -6,13 +6,14 @@ canonical arguments), so a later identical call supersedes it.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidMessageError, shorten
-from ..model import Message
+from ..model import MAX_IDENTIFIER_BYTES, Message
 
 __all__ = ["ToolResult", "KeysHook", "Continuation", "openai_calls", "tool_key", "Importer", "check_list", "check_dict"]
 
@@ -65,14 +66,24 @@ def openai_calls(original: Mapping[str, Any]) -> list[tuple[Any, Any, Any]]:
 def tool_key(name: str, arguments: Any) -> str:
     """The name plus the canonical JSON of the arguments: equal calls share a key, different ones never do.
 
-    A string that is not valid JSON is used as it is.
+    A string that is not valid JSON is used as it is. Arguments too long for a
+    key (`model.MAX_IDENTIFIER_BYTES`) are replaced by their SHA-256, which
+    keeps equal calls equal.
     """
     if isinstance(arguments, str):
         try:
             arguments = json.loads(arguments)
         except ValueError:
-            return f"{name}:{arguments}"
-    return f"{name}:{json.dumps(arguments, sort_keys=True, separators=(',', ':'), ensure_ascii=False)}"
+            return _bounded(name, arguments)
+    return _bounded(name, json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False))
+
+
+def _bounded(name: str, arguments: str) -> str:
+    key = f"{name}:{arguments}"
+    if len(key.encode("utf-8", "surrogatepass")) <= MAX_IDENTIFIER_BYTES:
+        return key
+    digest = hashlib.sha256(arguments.encode("utf-8", "surrogatepass")).hexdigest()
+    return f"{name[:200]}:sha256:{digest}"  # 200 characters are at most 800 bytes
 
 
 @dataclass

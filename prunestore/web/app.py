@@ -12,12 +12,17 @@
 Names and ids travel as query parameters, so ``/``, ``?``, ``#`` and ``%``
 in them are ordinary characters. Only GET exists. Text is escaped by the
 templates, control characters are shown as symbols, and the pages carry a
-Content-Security-Policy that allows no script at all.
+Content-Security-Policy that allows no script at all. Only requests naming
+an allowed host are answered (by default this machine's names), so a web
+page the operator visits cannot reach the view through a name of its own
+that resolves here (DNS rebinding). A request the store refuses is a 400,
+a database that fails is a 503, each a page with the same headers.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from datetime import datetime, timezone
 from urllib.parse import quote, urlencode
 
@@ -28,14 +33,16 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .. import db
-from ..errors import InvalidArgumentError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
+from ..catalog import MOST
+from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..model import LIVE_VERDICTS
 from ..store import PruneStore
 from .chart import tokens_chart
 
-__all__ = ["create_app", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
+__all__ = ["create_app", "LOOPBACK_HOSTS", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
 
 PAGE_SIZE = 50  # sessions per page
 WINDOW = 100  # messages per window of a session
@@ -47,7 +54,9 @@ _HEADERS = {
     "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "no-referrer",
 }
-_STATUS = {SessionNotFoundError: 404, MessageNotFoundError: 404, InvalidArgumentError: 400}
+# Other errors the store raises on purpose are about the request: 400.
+_STATUS = {SessionNotFoundError: 404, MessageNotFoundError: 404, DatabaseError: 503}
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
 # C0 controls and DEL as their visible symbols (U+2400 on), so NUL and friends show. Text keeps
 # its tabs and line breaks; names, ids and keys show every control, so no two look alike.
 _CONTROLS = {code: 0x2400 + code for code in range(0x20)} | {0x7F: 0x2421}
@@ -100,13 +109,44 @@ def _count(request: Request, name: str, default: int = 0) -> int:
     value = request.query_params.get(name)
     if value is None or value == "":
         return default
-    if not value.isascii() or not value.isdigit():
-        raise HTTPException(400, f"{name}={value!r}: must be a whole number, at least 0")
+    if not value.isascii() or not value.isdigit() or len(value) > 19 or int(value) > MOST:
+        raise HTTPException(400, f"{name}={value[:30]!r}: must be a whole number from 0 to 2**62")
     return int(value)
 
 
-def create_app(store: PruneStore) -> Starlette:
-    """The read-only web view of `store`, as an ASGI application (run it with uvicorn, or `prunestore serve`)."""
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port: ``[::1]:8000`` is ``::1``."""
+    if header.startswith("["):
+        return header[1:].partition("]")[0].lower()
+    return header.rpartition(":")[0].lower() if header.count(":") == 1 else header.lower()
+
+
+class _AllowedHosts:
+    """Answer only requests whose Host header names one of `hosts` (any port); others get a 400."""
+
+    def __init__(self, app: ASGIApp, hosts: frozenset[str]) -> None:
+        self.app, self.hosts = app, hosts
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            header = dict(scope["headers"]).get(b"host", b"").decode("latin-1")
+            if host_name(header) not in self.hosts:
+                shown = header[:60] or "(none)"
+                response = PlainTextResponse(
+                    f"Host {shown!r} is not served here: see prunestore serve --allow-host", 400
+                )
+                response.headers.update(_HEADERS)
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPBACK_HOSTS) -> Starlette:
+    """The read-only web view of `store`, as an ASGI application (run it with uvicorn, or `prunestore serve`).
+
+    Only requests whose Host header names one of `allowed_hosts` are answered
+    (by default this machine's names); None answers every host.
+    """
     templates = Jinja2Templates(env=_environment())
 
     def page(request: Request, template: str, code: int = 200, **context: object) -> Response:
@@ -157,12 +197,14 @@ def create_app(store: PruneStore) -> Starlette:
     def failed(request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):
             status, detail = exc.status_code, str(exc.detail)
-        else:
-            status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 500)
+        elif isinstance(exc, PruneStoreError):
+            status = next((code for kind, code in _STATUS.items() if isinstance(exc, kind)), 400)
             detail = str(exc)
+        else:  # a defect: the page says so, and the server logs it
+            status, detail = 500, "the page failed; the server's log has the details"
         return page(request, "error.html", status, status=status, detail=detail)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", sessions, methods=["GET"]),
             Route("/session", session, methods=["GET"]),
@@ -170,5 +212,8 @@ def create_app(store: PruneStore) -> Starlette:
             Route("/content", content, methods=["GET"]),
             Route("/chart", chart, methods=["GET"]),
         ],
-        exception_handlers={HTTPException: failed, PruneStoreError: failed},
+        exception_handlers={HTTPException: failed, PruneStoreError: failed, Exception: failed},
     )
+    if allowed_hosts is not None:
+        app.add_middleware(_AllowedHosts, hosts=frozenset(host.lower().strip("[]") for host in allowed_hosts))
+    return app
