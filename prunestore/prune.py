@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, TypeVar
 
-from .errors import DuplicateMessageError, InvalidMessageError, shorten
+from .errors import DuplicateMessageError, InvalidArgumentError, InvalidMessageError, shorten
 from .model import (
     DUPLICATE,
     EVICTED,
@@ -97,6 +97,12 @@ def prune(
         current_turn = max((m.turn for m in ms), default=0)
     elif isinstance(current_turn, bool) or not isinstance(current_turn, int):
         raise InvalidMessageError(f"current_turn={shorten(current_turn)}: must be an int")
+    elif policy.gathers and ms and current_turn < max(m.turn for m in ms):
+        last = max(ms, key=lambda m: m.turn)
+        raise InvalidArgumentError(
+            f"current_turn={current_turn}: below turn {last.turn} of message id={shorten(last.id)}; under a budget "
+            "the prompt is folded message by message, so the current turn is at least the last message's"
+        )
 
     base, restored = passes(
         ms, policy, current_turn, text=lambda m: normalize(m.content), defines=effective_defines, refs=effective_refs

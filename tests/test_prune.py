@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import DuplicateMessageError, Message, Policy, prune
-from prunestore.model import effective_defines, effective_refs
+from prunestore.model import LIVE_VERDICTS, effective_defines, effective_refs
 from prunestore.text import normalize
 
 DIRECT = Policy(restore="direct")
@@ -277,3 +277,16 @@ def test_seed_compatible_with_the_article_in_direct_mode(ms):
         for m in ms
     ]
     assert live_ids(prune(ms, policy=DIRECT)) == article_three_passes(ms)
+
+
+def test_a_current_turn_below_the_last_message_is_refused_under_a_budget():
+    from prunestore import InvalidArgumentError
+
+    messages = [Message(f"m{i}", "user", "word " * 50, i) for i in range(1, 6)]
+    budget = Policy(budget=120, clear_at_least=40)
+    with pytest.raises(InvalidArgumentError, match="current_turn=3: below turn 5 of message id='m5'"):
+        prune(messages, policy=budget, current_turn=3)
+    for turn in (5, 9):  # at or past the last turn, the live list and the verdicts agree
+        result = prune(messages, policy=budget, current_turn=turn)
+        assert [m.id for m in result.live] == [m.id for m in messages if result.verdicts[m.id] in LIVE_VERDICTS]
+    assert prune(messages, current_turn=3).current_turn == 3  # without a budget the passes take any turn
