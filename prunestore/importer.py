@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from . import db
+from .appending import Options, check_session_name
 from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
 from .incremental import MsgState, new_state
 from .jsonl import parse_line
@@ -57,8 +58,9 @@ class ImportInterrupted(Exception):
         self.summary = summary
 
 
-def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[str], int], source: str) -> list[Record]:
-    """Parse and validate lines; raises `InvalidMessageError` naming the file and line. Runs in the worker."""
+def prepare_lines(lines: list[bytes], first_number: int, options: Options, source: str) -> list[Record]:
+    """Parse and validate lines against the store's `options`; raises `InvalidMessageError` naming the file and
+    line. Runs in the worker."""
     records = []
     for number, raw in enumerate(lines, first_number):
         try:
@@ -71,9 +73,12 @@ def prepare_lines(lines: list[bytes], first_number: int, tokenizer: Callable[[st
             continue
         try:
             session, message = parse_line(line, number, session_field=True)
+            check_session_name(session)
+            state = new_state(message, options.tokens(message))
+            options.check(state)
         except InvalidMessageError as exc:
-            raise InvalidMessageError(f"{source}, {exc}") from None
-        state = new_state(message, tokenizer(message.content))
+            where = "" if str(exc).startswith("line ") else f"line {number}: "
+            raise InvalidMessageError(f"{source}, {where}{exc}") from None
         fields = vars(message)  # the validated Message fields, exactly
         records.append(
             (session, fields, state.tokens, state.defines, state.refs, state.content_hash, state.metadata_json, number)
@@ -116,15 +121,33 @@ def open_bytes(path: Path) -> Iterator[tuple[BinaryIO, BinaryIO]]:
             yield cast(BinaryIO, unzipped), raw
 
 
+def line_limit(options: Options) -> int:
+    """The longest line an import reads: room for the largest content and metadata the store takes,
+    JSON-escaped, so a line too long to store is refused before it is held in memory whole."""
+    return 4 * (options.max_content_bytes + options.max_metadata_bytes) + 2**20
+
+
+def _lines(handle: BinaryIO, limit: int, path: Path) -> Iterator[tuple[int, bytes]]:
+    number = 0
+    while line := handle.readline(limit + 1):
+        number += 1
+        if len(line) > limit:
+            raise InvalidMessageError(
+                f"{path}, line {number}: longer than {limit} bytes, more than a message the store takes can need "
+                "(max_content_bytes, max_metadata_bytes)"
+            )
+        yield number, line
+
+
 def _chunks(
-    files: Iterable[Path], size: int, progress: Callable[[int], None]
+    files: Iterable[Path], size: int, progress: Callable[[int], None], limit: int
 ) -> Iterator[tuple[list[bytes], int, str]]:
     for path in files:
         try:
             with open_bytes(path) as (handle, raw):
                 chunk: list[bytes] = []
                 first, done = 1, 0
-                for number, line in enumerate(handle, 1):
+                for number, line in _lines(handle, limit, path):
                     chunk.append(line)
                     if len(chunk) == size:
                         progress(raw.tell() - done)
@@ -179,8 +202,8 @@ def import_files(
     )
     try:
         pending: deque[tuple[Future, str]] = deque()
-        for chunk, first, source in _chunks(files, batch_size, progress):
-            pending.append((pool.submit(prepare_lines, chunk, first, store.tokenizer, source), source))
+        for chunk, first, source in _chunks(files, batch_size, progress, line_limit(store.options)):
+            pending.append((pool.submit(prepare_lines, chunk, first, store.options, source), source))
             if len(pending) > workers:  # the workers prepare the next batches while the oldest is appended
                 _append(store, *pending.popleft(), done)
         while pending:

@@ -397,3 +397,37 @@ def test_a_damaged_sqlite_file_is_one_line(tmp_path):
             store.messages(name)
             store.verify(name)
     assert "\n" not in str(info.value)
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ({**user(2), "session": "a\x00b"}, "line 3: session='a\\x00b': must not contain NUL"),
+        ({**user(2), "content": "x" * 300}, "line 3: content="),
+        ({**user(2), "content": "REF:" + "k" * 1100}, "line 3: content="),
+    ],
+)
+def test_import_names_the_line_of_a_session_or_content_the_store_refuses(tmp_path, line, needle):
+    from prunestore import InvalidMessageError
+    from prunestore.importer import import_files
+
+    path = lines_file(tmp_path / "in.jsonl", [user(0), user(1), line])
+    with PruneStore(f"sqlite:///{tmp_path / 'store.db'}", max_content_bytes=200) as store:
+        with pytest.raises(InvalidMessageError) as info:
+            import_files(store, [path])
+        assert str(info.value).startswith(f"{path}, {needle}"), str(info.value)
+        assert store.sessions() == []  # the batch holding it was not written
+
+
+@pytest.mark.sqlite
+def test_import_refuses_a_line_longer_than_any_message_before_reading_it_whole(tmp_path):
+    from prunestore import InvalidMessageError
+    from prunestore.importer import import_files, line_limit
+
+    path = tmp_path / "long.jsonl"
+    with PruneStore(f"sqlite:///{tmp_path / 'store.db'}", max_content_bytes=100, max_metadata_bytes=100) as store:
+        limit = line_limit(store.options)
+        path.write_text(json.dumps(user(0)) + "\n" + json.dumps({**user(1), "content": "x" * (limit + 10)}) + "\n")
+        with pytest.raises(InvalidMessageError, match=f"line 2: longer than {limit} bytes"):
+            import_files(store, [path])
