@@ -27,6 +27,7 @@ from .model import (
     StoredMessage,
     check_identifier,
     supports,
+    unchecked,
 )
 from .results import (
     Entry,
@@ -39,16 +40,35 @@ from .results import (
     VerifyReport,
     Window,
 )
-from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, split_keys, stored_message
+from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, message_columns, split_keys, stored_message
 
 __all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # Seqs run from 1 without gaps, so a window is a range of the primary key.
-_WINDOW = Statement(
-    f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid "
-    "AND seq > :after AND seq <= :last ORDER BY seq"
-)
+# The length of the text as given, and the text's first characters (twice as many: an escaped text may be
+# longer). PostgreSQL: each escape of a NUL-escaped text (`storage.encode_content`) is one character.
+# SQLite: length() and substr() stop at a NUL, so a text holding one is read whole and measured here (-1).
+_LENGTH = {
+    True: "length(CASE WHEN content_escaped = 1 THEN replace(replace(content, '\\\\', 'x'), '\\0', 'y') "
+    "ELSE content END)",
+    False: "CASE WHEN instr(CAST(content AS BLOB), x'00') > 0 THEN -1 ELSE length(content) END",
+}
+_FIRST_CHARS = {
+    True: "substr(content, 1, 2 * :chars)",
+    False: "CASE WHEN instr(CAST(content AS BLOB), x'00') > 0 THEN content ELSE substr(content, 1, :chars) END",
+}
+_WINDOW_ROWS = " FROM prunestore_messages WHERE session_id = :sid AND seq > :after AND seq <= :last ORDER BY seq"
+_WINDOW = {  # by backend, then whether the texts are clipped
+    postgres: {
+        clipped: Statement(
+            f"SELECT {message_columns(content=_FIRST_CHARS[postgres]) if clipped else FULL_COLUMNS}, "
+            f"content_hash, {_LENGTH[postgres]}{_WINDOW_ROWS}"
+        )
+        for clipped in (False, True)
+    }
+    for postgres in (False, True)
+}
 # The rows each append's last message carries, read from their partial index alone.
 _HISTORY = Statement(
     "SELECT seq, turn, tokens_after, live_tokens_after, events_after FROM prunestore_messages "
@@ -99,14 +119,30 @@ def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy
     return Entry(stored_message(found[:MESSAGE_WIDTH]), _explained(driver, session, row, found, policy, referrers=True))
 
 
-def window(driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy) -> Window:
-    """The messages after seq `after`, `limit` at most, each with its explanation (without `needed_by`)."""
-    rows = driver.all(_WINDOW, {"sid": row.session_id, "after": after, "last": after + limit})
-    entries = tuple(
-        Entry(stored_message(r[:MESSAGE_WIDTH]), _explained(driver, session, row, r, policy, referrers=False))
-        for r in rows
-    )
-    return Window(summary(driver, row.session_id), after, entries)
+def window(
+    driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy, chars: int | None = None
+) -> Window:
+    """The messages after seq `after`, `limit` at most, each with its explanation (without `needed_by`).
+
+    With `chars`, each message's content is read up to that many characters.
+    """
+    params = {"sid": row.session_id, "after": after, "last": after + limit}
+    statement = _WINDOW[driver.postgres][chars is not None]
+    rows = driver.all(statement, params if chars is None else {**params, "chars": chars})
+    entries = []
+    for r in rows:
+        message = stored_message(r[:MESSAGE_WIDTH])
+        length = r[-1] if r[-1] >= 0 else len(message.content)
+        explanation = _explained(driver, session, row, r, policy, referrers=False)
+        entries.append(Entry(_clipped(message, chars), explanation, length))
+    return Window(summary(driver, row.session_id), after, tuple(entries))
+
+
+def _clipped(message: StoredMessage, chars: int | None) -> StoredMessage:
+    """The message with at most `chars` characters of its text."""
+    if chars is None or len(message.content) <= chars:
+        return message
+    return unchecked(StoredMessage, {**vars(message), "content": message.content[:chars]})
 
 
 def history(driver: Driver, sid: int) -> list[HistoryPoint]:

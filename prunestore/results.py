@@ -206,10 +206,17 @@ class Entry:
 
     The explanation's `needed_by` is left empty: finding the referrers reads
     the session's references, which `PruneStore.explain` does for one message.
+    `content_chars` is the length of the whole content: a window read with
+    `text_chars` holds only the first characters of each message.
     """
 
     message: StoredMessage
     explanation: Explanation
+    content_chars: int = -1  # -1: the message's own content is whole
+
+    def __post_init__(self) -> None:
+        if self.content_chars < 0:
+            object.__setattr__(self, "content_chars", len(self.message.content))
 
 
 @dataclass(frozen=True)

@@ -49,8 +49,10 @@ _STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, co
 IN_PROMPT = "verdict IN ('kept', 'restored', 'pending')"
 
 
-def message_columns(alias: str = "") -> str:
+def message_columns(alias: str = "", content: str | None = None) -> str:
     """The select list a `StoredMessage` is read from (`stored_message`), of `MESSAGE_WIDTH` columns.
+
+    `content` replaces the content column (an expression that reads part of it).
 
     Fields that are nearly always at their default (escaped content, a TTL,
     the defines/refs fields, a base equal to the verdict) travel in one text
@@ -65,7 +67,8 @@ def message_columns(alias: str = "") -> str:
         f"COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
         f"{a}defines || '|' || {a}refs || '|' || {a}base END"
     )
-    return f"{a}seq, {a}id, {a}role, {a}content, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
+    text = content or f"{a}content"
+    return f"{a}seq, {a}id, {a}role, {text}, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
 
 
 FULL_COLUMNS = message_columns()

@@ -564,17 +564,21 @@ class PruneStore:
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             return queries.summary(driver, self._session(driver, session).session_id)
 
-    def window(self, session: str, *, after: int = 0, limit: int = 100) -> Window:
+    def window(self, session: str, *, after: int = 0, limit: int = 100, text_chars: int | None = None) -> Window:
         """The messages after seq `after` (at most `limit`), each with why it has its verdict, and the session's counts.
 
         One snapshot; it reads those rows (and a lookup per pruned or restored
-        one), so a page of a long session costs what the page holds.
+        one), so a page of a long session costs what the page holds. With
+        `text_chars`, each message holds only the first characters of its
+        content (`Entry.content_chars` is the whole length), and only those are read.
         """
         catalog.check_whole("after", after, 0)
         catalog.check_whole("limit", limit, 1)
+        if text_chars is not None:
+            catalog.check_whole("text_chars", text_chars, 0)
         with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
-            return queries.window(driver, session, row, after, limit, self._refreshed(driver, row))
+            return queries.window(driver, session, row, after, limit, self._refreshed(driver, row), text_chars)
 
     def entry(self, session: str, message_id: str) -> Entry:
         """One message and why it has its verdict (`explain`), read in one snapshot."""

@@ -95,7 +95,7 @@ def test_the_reads_behind_the_pages(filled):
         ("/chart?session=a%00b", 400),
         ("/?prefix=%00", 400),
         ("/?after=a%00", 400),
-        ("/message?session=x&id=" + "i" * 5000, 400),
+        (f"/message?session={NAME.replace('?', '%3F').replace('#', '%23').replace('%d', '%25d')}&id={'i' * 5000}", 400),
     ],
 )
 def test_errors_are_pages_with_a_status(filled, path, status):
@@ -217,3 +217,14 @@ def test_an_empty_session_has_its_pages(store):
     assert chart.status_code == 200 and "holds no messages" in chart.text and "<polyline" not in chart.text
     page = client.get("/session", params={"name": "emptied"})
     assert page.status_code == 200 and "No messages here." in page.text and 'id="next"' not in page.text
+
+
+def test_a_window_reads_the_first_characters_of_each_text(store, recorded):
+    long = "é" * 5_000 + "\x00" + "z" * 50_000
+    store.append("big", [Message("a", "user", long, 1), Message("b", "user", "short", 1)])
+    window = store.window("big", text_chars=2_000)
+    assert [e.message.content for e in window.entries] == [long[:2_000], "short"]
+    assert [e.content_chars for e in window.entries] == [len(long), 5]
+    clipped = [text for text in recorded if "substr(content" in text]
+    assert clipped and not [text for text in recorded if "FROM prunestore_messages" in text and " content," in text]
+    assert store.window("big").entries[0].message.content == long  # without text_chars: the whole text

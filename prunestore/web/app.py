@@ -166,7 +166,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
     def session(request: Request) -> Response:
         name = _text(request, "name")
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
-        window = store.window(name, after=after, limit=WINDOW)
+        window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS)
         summary = window.session
         return page(
             request,
