@@ -38,8 +38,9 @@ MAX_SESSION_NAME = 512
 DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
 
-# A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote.
-Write = tuple[str, int, int | None, int, list[int]]
+# A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote,
+# and (a cut) the seq after which it took every message back first, or None.
+Write = tuple[str, int, int | None, int, list[int], int | None]
 
 
 def check_session_name(session: object) -> str:
@@ -220,7 +221,7 @@ def append_locked(
     if writes is not None:
         seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
         assert row.stamp is not None  # write_back set it
-        writes.append((name, row.session_id, before, row.stamp, seqs))
+        writes.append((name, row.session_id, before, row.stamp, seqs, None))
     added, removed = maintainer.delta()
     events = prompt.events - prompt_before.events if prompt and prompt_before else 0
     return Delta(tuple(added), tuple(removed), len(fresh), events)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 
-from .appending import append_locked
+from .appending import Write, append_locked
 from .audit import expected_state
 from .driver import Driver, Statement
 from .errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError, shorten
@@ -145,8 +145,16 @@ def recount(driver: Driver, sid: int, count: Callable[[str], int]) -> None:
     driver.run_many(_SET_TOKENS, changed)
 
 
-def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) -> Delta:
-    """Drop the locked session's messages after seq `cut` (0: all of them), restoring the state it had then."""
+def cut(
+    driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy, writes: list[Write] | None = None
+) -> Delta:
+    """Drop the locked session's messages after seq `cut` (0: all of them), restoring the state it had then.
+
+    What it wrote is added to `writes` (when given) as a write that takes back
+    every message after the start of the last append it undid, then writes
+    the rows it changed; a cut recomputed as a batch adds nothing (a cache of
+    the session must read it again).
+    """
     if cut == row.last_seq:
         return Delta()
     sid = row.session_id
@@ -156,6 +164,7 @@ def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) ->
         driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
         rebuild_session(driver, row, policy)
         return delta_between(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+    stamp = row.stamp
 
     undo = read_undo(driver, sid, *journaled)
     tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
@@ -168,9 +177,16 @@ def cut(driver: Driver, name: str, row: SessionRow, cut: int, policy: Policy) ->
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
+    again: list[Write] = []
     if kept:
-        append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept], policy)
+        append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept], policy, again)
     after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
+    if writes is not None:
+        # The rows whose verdict went back, every row of the tail, and what appending the kept ones changed.
+        written = touched + [r[0] for r in tail] + [seq for write in again for seq in write[4]]
+        now = again[-1][3] if again else row.stamp
+        assert now is not None  # update_session set it
+        writes.append((name, sid, stamp, now, written, undo.since - 1))
     return delta_between(before, after)
 
 

@@ -157,14 +157,20 @@ class LiveCache:
             while self._size > self.max_bytes:
                 self._drop(next(iter(self._entries)))
 
-    def advance(self, name: str, sid: int, before: int | None, after: int, seqs: Iterable[int]) -> None:
-        """Record a committed write of this store that took the session from stamp `before` to `after`."""
+    def advance(
+        self, name: str, sid: int, before: int | None, after: int, seqs: Iterable[int], cut: int | None = None
+    ) -> None:
+        """Record a committed write of this store that took the session from stamp `before` to `after`,
+        writing the rows at `seqs`, after taking back every message after seq `cut` (when given)."""
         seqs = frozenset(seqs)
         with self._lock:
             for view in list(self._views.get(name, ())):
                 entry = self._entries[name, view]
                 if entry.sid == sid and entry.stamp == before:
-                    self._entries[name, view] = replace(entry, stamp=after, pending=entry.pending.union(seqs))
+                    moved = {"stamp": after, "pending": entry.pending.union(seqs)}
+                    if cut is not None and isinstance(entry, ViewEntry):
+                        moved["cut"] = cut if entry.cut is None else min(cut, entry.cut)
+                    self._entries[name, view] = replace(entry, **moved)  # type: ignore[arg-type]
                 else:  # someone else wrote in between: the entry can never match again
                     self._drop((name, view))
 
@@ -215,7 +221,8 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
             assert row.stamp is not None
             cache.put(name, ViewEntry(row.session_id, row.stamp, view, view.size), form.name)
         return view.prompt()
-    if entry.pending:
-        entry.view.apply(driver.chunks(ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending)))
+    if entry.pending or entry.cut is not None:
+        rows = driver.chunks(ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending))
+        entry.view.apply(rows, entry.cut)
         cache.put(name, ViewEntry(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
     return entry.view.prompt()

@@ -390,12 +390,11 @@ class PruneStore:
         The returned `Delta` moves a client's live set to the new one.
         """
         name = check_session_name(session)
-        self.live_cache.forget(name)  # its stamp is about to change: free the memory
 
-        def run(driver: Driver, _: list[Write]) -> Delta:
+        def run(driver: Driver, writes: list[Write]) -> Delta:
             row = lock_existing(driver, name)
             at = seq_of(driver, row, "after_message_id", after_message_id)
-            return cut(driver, name, row, at, self._settled(driver, row))
+            return cut(driver, name, row, at, self._settled(driver, row), writes)
 
         return self._writing(f"truncate session {name!r}", run, restarts=True)
 
@@ -408,14 +407,13 @@ class PruneStore:
         gives it.
         """
         name = check_session_name(session)
-        self.live_cache.forget(name)
 
-        def run(driver: Driver, _: list[Write]) -> StoredMessage | None:
+        def run(driver: Driver, writes: list[Write]) -> StoredMessage | None:
             row = lock_session(driver, name)
             if row is None or row.last_seq == 0:
                 return None
             last = driver.first(MESSAGE_AT, {"sid": row.session_id, "seq": row.last_seq})
-            cut(driver, name, row, row.last_seq - 1, self._settled(driver, row))
+            cut(driver, name, row, row.last_seq - 1, self._settled(driver, row), writes)
             return stored_message(last)
 
         return self._writing(f"pop from session {name!r}", run, restarts=True)

@@ -81,16 +81,20 @@ class View:
     live: dict[int, bool] = field(default_factory=dict)  # of callers and results
     answered: dict[int, dict[str, int]] = field(default_factory=dict)  # caller seq -> call id -> result seq
     owners: dict[int, int] = field(default_factory=dict)  # result seq -> the caller it answers
-    latest: dict[str, int] = field(default_factory=dict)  # call id -> seq of its latest caller
+    answers: dict[int, str] = field(default_factory=dict)  # result seq -> the call id it answers
+    latest: dict[str, list[int]] = field(default_factory=dict)  # call id -> seqs of its callers, ascending
     waiting: int = 0  # the last caller, while only results follow it and some of its calls have none yet
-    moved_on: int = 0  # seq of the last message that is not a result
+    steps: list[int] = field(default_factory=list)  # seqs of the messages that are not results, ascending
     last_seq: int = 0
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def apply(self, rows: Iterable[tuple]) -> None:
-        """Take in rows read with `storage.FULL_COLUMNS` (new ones, and old ones whose verdict changed)."""
+    def apply(self, rows: Iterable[tuple], cut: int | None = None) -> None:
+        """Take in rows read with `storage.FULL_COLUMNS` (new ones, and old ones whose verdict changed),
+        after forgetting the messages after seq `cut` (when given: a truncate or pop took them back)."""
         with self.lock:
+            if cut is not None:
+                self._cut(cut)
             sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
             dirty: set[int] = set()
             for row in sorted(rows, key=_SEQ):
@@ -116,19 +120,62 @@ class View:
         assert unit is not None
         self.last_seq = seq
         self.size += text_size + _ITEM_OVERHEAD
-        caller = self.latest.get(unit.answers) if unit.answers is not None and not unit.calls else None
-        if caller is not None:  # a result whose call the session does not hold is an ordinary message
+        callers = self.latest.get(unit.answers) if unit.answers is not None and not unit.calls else None
+        if callers:  # a result whose call the session does not hold is an ordinary message
+            caller = callers[-1]
             self.answered[caller][unit.answers] = seq  # type: ignore[index]
-            self.owners[seq], self.live[seq] = caller, False
+            self.owners[seq], self.answers[seq], self.live[seq] = caller, unit.answers, False  # type: ignore[assignment]
             return ()
         abandoned = [self.waiting] if self.waiting else []
-        self.moved_on, self.waiting = seq, 0
+        self.steps.append(seq)
+        self.waiting = 0
         if unit.calls:
             self.callers[seq], self.answered[seq], self.live[seq] = unit, {}, False
             self.waiting = seq
             for call in unit.calls:
-                self.latest[call] = seq
+                self.latest.setdefault(call, []).append(seq)
         return abandoned
+
+    @property
+    def moved_on(self) -> int:
+        """The seq of the last message that is not a result: calls without a result before it are abandoned."""
+        return self.steps[-1] if self.steps else 0
+
+    def _cut(self, last: int) -> None:
+        """Forget the messages after seq `last`, as if never applied; costs what is cut.
+
+        What the cut changed in the messages kept comes after, in `apply`'s rows.
+        """
+        dirty: set[int] = set()
+        while self.owners and (seq := next(reversed(self.owners))) > last:  # results, last first (seq order)
+            caller, call = self.owners.pop(seq), self.answers.pop(seq)
+            del self.live[seq]
+            results = self.answered.get(caller)
+            if results is not None and results.get(call) == seq:  # an earlier result of the call answers it again
+                earlier = [s for s in reversed(self.owners) if self.owners[s] == caller and self.answers[s] == call][:1]
+                if earlier:
+                    results[call] = earlier[0]
+                else:
+                    del results[call]
+            dirty.add(caller)
+        while self.steps and self.steps[-1] > last:
+            seq = self.steps.pop()
+            unit = self.callers.pop(seq, None)
+            if unit is not None:
+                del self.answered[seq], self.live[seq]
+                for call in unit.calls:
+                    callers = self.latest[call]
+                    callers.remove(seq)
+                    if not callers:
+                        del self.latest[call]
+        i = bisect_left(self.order, last + 1)
+        del self.order[i:], self.items[i:]
+        self.last_seq = min(self.last_seq, last)
+        last_step = self.moved_on
+        self.waiting = last_step if last_step in self.callers else 0
+        dirty.add(last_step)  # its calls without a result wait again
+        for seq in sorted(s for s in dirty if s in self.callers and s <= last):
+            self._place(seq, self._render(seq, {}))
 
     def _render(self, seq: int, sent: dict[int, Any | None]) -> Any | None:
         caller = self.callers.get(seq)
@@ -161,10 +208,12 @@ class View:
 
 @dataclass(frozen=True, slots=True)
 class ViewEntry:
-    """A `View` in the store's cache, as of `stamp`, once the rows at the `pending` seqs are applied."""
+    """A `View` in the store's cache, as of `stamp`, once cut after seq `cut` (when given) and the rows at the
+    `pending` seqs are applied."""
 
     sid: int
     stamp: int
     view: View
     size: int
     pending: frozenset[int] = frozenset()
+    cut: int | None = None

@@ -122,8 +122,10 @@ def cached_prompt_equals_cold(store_url: str, make, add, read, script) -> None:
     """Apply `script` ((writer, batch) pairs) through history objects and compare the cached prompt with a cold one.
 
     Writers 0 and 1 share a store (and its cache); writer 2 is another store,
-    as another process would be. After every batch, a reader on the shared
-    store must see what a reader on a store without a cache sees.
+    as another process would be. A batch may also be ``"pop"`` (the writer's
+    store pops the last message) or ``("truncate", n)`` (it cuts after the
+    n-th message, counted from the end). After every step, a reader on the
+    shared store must see what a reader on a store without a cache sees.
     """
     from prunestore import PruneStore
 
@@ -136,8 +138,16 @@ def cached_prompt_equals_cold(store_url: str, make, add, read, script) -> None:
             shared.delete_session(name)
         writers = [make("s", shared), make("s", shared), make("s", other)]
         reader, oracle = make("s", shared), make("s", cold)
+        stores = [shared, shared, other]
         for writer, batch in script:
-            add(writers[writer], batch)
+            if batch == "pop":
+                stores[writer].pop("s")
+            elif isinstance(batch, tuple):
+                stored = stores[writer].messages("s") if "s" in stores[writer].sessions() else []
+                if len(stored) > batch[1]:
+                    stores[writer].truncate("s", stored[-1 - batch[1]].id)
+            else:
+                add(writers[writer], batch)
             assert read(reader) == read(oracle)
         assert shared.verify().ok
 

@@ -90,6 +90,11 @@ def batches(draw):
             elif made:
                 batch.append(result(draw(st.sampled_from(made)), draw(st.sampled_from(["x", "y"]))))
         out.append((draw(st.integers(0, 2)), batch))
+        step = draw(st.sampled_from(["none"] * 4 + ["pop", "truncate"]))  # then take some back
+        if step == "pop":
+            out.append((draw(st.integers(0, 2)), "pop"))
+        elif step == "truncate":
+            out.append((draw(st.integers(0, 2)), ("truncate", draw(st.integers(1, 3)))))
     return out
 
 
