@@ -431,3 +431,9 @@ def test_import_refuses_a_line_longer_than_any_message_before_reading_it_whole(t
         path.write_text(json.dumps(user(0)) + "\n" + json.dumps({**user(1), "content": "x" * (limit + 10)}) + "\n")
         with pytest.raises(InvalidMessageError, match=f"line 2: longer than {limit} bytes"):
             import_files(store, [path])
+
+
+@pytest.mark.parametrize("url", ["postgresql://[::1/x", "sqlite:///" + "a" * 100_000, "postgresql://u@h:notaport/db"])
+def test_a_url_nothing_can_open_is_one_line(url):
+    line = one_line_error(invoke("--db", url, "stats"), "Error:", "url=")
+    assert len(line) < 400

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 import os
 import time
+import uuid
 
 import pytest
 import sqlalchemy as sa
@@ -94,3 +95,42 @@ def test_the_web_view_answers_503_with_its_headers_when_the_server_is_gone(proxi
     proxy.start()
     assert client.get("/session", params={"name": "s"}).status_code == 200
     store.close()
+
+
+def test_terminated_connections_cost_one_call_and_log_nothing(proxied, store_url, caplog):
+    """The server ends every connection of the store (an administrator, a failover): one call fails in one
+    line, the next reconnects, and no traceback is logged."""
+    url, _ = proxied
+    name = f"prunestore-test-{uuid.uuid4().hex[:8]}"  # marks this store's connections
+    store = PruneStore(url + ("&" if "?" in url else "?") + f"application_name={name}")
+    store.append("s", Message("a", "user", "hello", 1))
+    store.live("s")
+    admin = sa.create_engine(store_url)
+    with caplog.at_level(logging.WARNING):
+        with admin.begin() as conn:
+            ended = conn.execute(
+                sa.text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE application_name = :n"),
+                {"n": name},
+            ).scalar()
+        assert ended >= 1
+        failed = 0
+        for turn in range(2, 6):
+            try:
+                store.append("s", Message(f"m{turn}", "user", "again", turn))
+            except DatabaseError as exc:
+                failed += 1
+                assert "\n" not in str(exc)
+    admin.dispose()
+    assert failed <= 1
+    assert not [r for r in caplog.records if r.exc_info], "no traceback is logged"
+    assert store.verify().ok and len(store.messages("s")) == 5 - failed
+    store.close()
+
+
+def test_a_server_that_never_answers_is_given_up_on_by_default(proxied):
+    url, proxy = proxied
+    proxy.silent = True
+    started = time.monotonic()
+    with pytest.raises(DatabaseError, match="timeout|timed out"):
+        PruneStore(url)
+    assert 9 < time.monotonic() - started < 20  # the default: 10 seconds

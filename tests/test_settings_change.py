@@ -172,3 +172,24 @@ def test_sessions_created_while_the_policy_changes_end_under_the_new_one(sync_st
         _turns(store, "after", 10 + writers.index(store) * 10, 3)
         assert store.policy == Policy(budget=300, clear_at_least=50)
     assert changer.verify().ok
+
+
+def test_a_serve_process_started_before_a_change_shows_it(sync_store, store_url):
+    """`prunestore serve` in its own process; the policy changed by another process while it runs."""
+    import urllib.parse
+    import urllib.request
+
+    from webpages import serving
+
+    _turns(sync_store(), "s", 1, 40)
+    with serving(store_url) as (base, _):
+        chart = base + "/chart?" + urllib.parse.urlencode({"session": "s"})
+        with urllib.request.urlopen(chart, timeout=10) as page:
+            assert 'id="budget"' not in page.read().decode()
+        _cli(store_url, "policy", "--budget", "500", "--clear-at-least", "100", "--yes")
+        with urllib.request.urlopen(chart, timeout=10) as page:
+            assert "budget, 500 tokens" in page.read().decode()
+        rebinding = urllib.request.Request(base + "/", headers={"Host": "rebound.example:8000"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(rebinding, timeout=10)
+        assert refused.value.code == 400
