@@ -16,7 +16,15 @@ from .audit import FirstAppend
 from .driver import Driver
 from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
 from .incremental import Maintainer, MsgState, NoRows, new_state
-from .model import MAX_IDENTIFIER_BYTES, MESSAGE_FIELDS, Message, Policy, check_identifier, check_key_count
+from .model import (
+    MAX_IDENTIFIER_BYTES,
+    MESSAGE_FIELDS,
+    Message,
+    Policy,
+    check_identifier,
+    check_key_count,
+    storable_text_problem,
+)
 from .results import Delta
 from .storage import MESSAGES_BY_ID, SessionRow, SessionRows, lock_session_for_append, stored_message
 from .text import count_tokens
@@ -48,12 +56,9 @@ def check_session_name(session: object) -> str:
         raise InvalidMessageError(f"session={shorten(session)}: must be a non-empty string")
     if len(session) > MAX_SESSION_NAME:
         raise InvalidMessageError(f"session={shorten(session)}: longer than {MAX_SESSION_NAME} characters")
-    if "\x00" in session:
-        raise InvalidMessageError(f"session={shorten(session)}: must not contain NUL")
-    try:
-        session.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidMessageError(f"session={shorten(session)}: cannot be encoded as UTF-8") from None
+    problem = storable_text_problem(session)
+    if problem:
+        raise InvalidMessageError(f"session={shorten(session)}: {problem}")
     return session
 
 

@@ -15,6 +15,7 @@ from datetime import timedelta
 from .driver import Driver, Statement
 from .errors import InvalidArgumentError, shorten
 from .lifecycle import delete_rows
+from .model import storable_text_problem
 from .results import SessionSummary
 
 __all__ = [
@@ -94,12 +95,9 @@ def check_text(field: str, value: object, what: str) -> None:
     """A name or prefix to look sessions up by: a string a session name could hold (no NUL, UTF-8)."""
     if not isinstance(value, str):
         raise InvalidArgumentError(f"{field}={shorten(value)}: must be {what}")
-    if "\x00" in value:
-        raise InvalidArgumentError(f"{field}={shorten(value)}: must not contain NUL")
-    try:
-        value.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidArgumentError(f"{field}={shorten(value)}: cannot be encoded as UTF-8") from None
+    problem = storable_text_problem(value)
+    if problem:
+        raise InvalidArgumentError(f"{field}={shorten(value)}: {problem}")
 
 
 def idle_cutoff(idle_for: object) -> int:

@@ -139,6 +139,17 @@ def check_identifier(field_name: str, value: object) -> None:
         raise _fail(field_name, value, f"longer than {MAX_IDENTIFIER_BYTES} bytes as UTF-8")
 
 
+def storable_text_problem(value: str) -> str | None:
+    """Why a database column cannot hold `value` as text (a NUL, a lone surrogate), or None."""
+    if "\x00" in value:
+        return "must not contain NUL"
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return "cannot be encoded as UTF-8"
+    return None
+
+
 def _check_utf8(field_name: str, value: str) -> None:
     try:
         value.encode("utf-8")
