@@ -19,6 +19,7 @@ from .errors import (
     SessionExistsError,
     SessionIdCollisionError,
     SessionNotFoundError,
+    StoreNotFoundError,
     TokenizerMismatchError,
     TurnOrderError,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "DuplicateMessageError",
     "TurnOrderError",
     "SessionNotFoundError",
+    "StoreNotFoundError",
     "MessageNotFoundError",
     "SessionExistsError",
     "SessionIdCollisionError",

@@ -28,7 +28,14 @@ from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from .driver import Driver
-from .errors import DatabaseError, InvalidRevisionError, PruneStoreError, shorten, wrap_database_errors
+from .errors import (
+    DatabaseError,
+    InvalidRevisionError,
+    PruneStoreError,
+    StoreNotFoundError,
+    shorten,
+    wrap_database_errors,
+)
 from .schema import HASH_HOLDERS, KEYS, MESSAGES, SESSIONS, VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -374,9 +381,29 @@ def downgrade(engine: Engine, revision: str) -> None:
     )
 
 
-def ensure_schema(engine: Engine) -> None:
-    """Upgrade an empty or older database; cheap when it is already current."""
+def ensure_schema(engine: Engine, *, create: bool = True) -> None:
+    """Upgrade an empty or older database; cheap when it is already current.
+
+    Without `create`, a database that holds no store (or a SQLite file that
+    does not exist) raises `StoreNotFoundError` and is left as it was.
+    """
+    if not create and not _sqlite_file_exists(engine):
+        raise StoreNotFoundError(f"url={shown_url(str(engine.url))!r}: no such file, so no store to read")
     with connection(engine, "read schema version") as conn:
         current = current_revision(conn)
+    if current is None and not create:
+        raise StoreNotFoundError(
+            f"url={shown_url(str(engine.url))!r}: no store to read, the database holds no prunestore tables"
+        )
     if current != head_revision():
         upgrade(engine)
+
+
+def _sqlite_file_exists(engine: Engine) -> bool:
+    """False only for a SQLite file that is not there (opening it would create it)."""
+    if engine.dialect.name != "sqlite" or in_memory(str(engine.url)):
+        return True
+    path = engine.url.database or ""
+    if path.startswith("file:"):
+        path = path[len("file:") :]
+    return Path(path).exists()

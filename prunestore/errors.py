@@ -19,6 +19,7 @@ __all__ = [
     "DuplicateMessageError",
     "TurnOrderError",
     "SessionNotFoundError",
+    "StoreNotFoundError",
     "MessageNotFoundError",
     "SessionExistsError",
     "PolicyMismatchError",
@@ -68,6 +69,11 @@ class SessionNotFoundError(PruneStoreError, KeyError):
 
     def __str__(self) -> str:  # KeyError would repr() the message
         return str(self.args[0]) if self.args else ""
+
+
+class StoreNotFoundError(PruneStoreError):
+    """A store opened with ``create=False`` where there is none (a SQLite file that does not exist, an empty
+    database): nothing was created."""
 
 
 class MessageNotFoundError(PruneStoreError, KeyError):

@@ -100,13 +100,16 @@ class PruneStore:
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
+        create: bool = True,
     ) -> None:
+        """Open the store at `url`, creating it (or bringing an older one up to date) unless `create` is
+        False: then a database without a store raises `StoreNotFoundError` and is left untouched."""
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
         options = Options(tokenizer, max_content_bytes, max_metadata_bytes)
-        self._open(db.make_engine(self.url), policy, options, LiveCache(live_cache_bytes))
+        self._open(db.make_engine(self.url), policy, options, LiveCache(live_cache_bytes), create)
 
     @classmethod
     def _over(
@@ -125,13 +128,15 @@ class PruneStore:
         store._open(engine, policy, options, live_cache)
         return store
 
-    def _open(self, engine: Engine, policy: Policy | None, options: Options, live_cache: LiveCache) -> None:
+    def _open(
+        self, engine: Engine, policy: Policy | None, options: Options, live_cache: LiveCache, create: bool = True
+    ) -> None:
         self.engine = engine
         self._options = options
         self._follows = options.tokenizer is None  # counts with whatever the store records
         self.live_cache = live_cache
         try:
-            db.ensure_schema(self.engine)
+            db.ensure_schema(self.engine, create=create)
             self._settings = _recorded_settings(self.engine, policy, options.tokenizer)
         except BaseException:
             self.engine.dispose()

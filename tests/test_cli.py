@@ -141,6 +141,33 @@ def test_append_reads_json_lines_from_stdin(cli):
 
 
 @pytest.mark.parametrize(
+    "command", [["live", "s"], ["stats"], ["sessions"], ["verify", "--all"], ["policy"], ["serve"]]
+)
+def test_a_command_that_only_reads_creates_no_store(tmp_path, command, monkeypatch):
+    """A typo in --db, or an empty folder: one line saying there is no store, and nothing created."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("PRUNESTORE_URL", raising=False)
+    for named in ([], ["--db", f"sqlite:///{tmp_path / 'typo.db'}"]):
+        result = CliRunner().invoke(main, [*named, *command])
+        assert result.exit_code == 2, result.output
+        assert result.output.startswith("Error:") and "no store" in result.output and result.output.count("\n") == 1
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.plain_tables
+def test_a_command_that_only_reads_creates_no_tables_in_an_empty_database(cli, store_url):
+    assert "no store to read" in cli("stats", code=2)
+    engine = db.make_engine(store_url)
+    try:
+        with engine.connect() as conn:
+            assert not [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore")]
+    finally:
+        engine.dispose()
+    cli("append", "s", input='{"id": "a", "role": "user", "content": "x", "turn": 0}')  # a write creates it
+    assert "1" in cli("stats")
+
+
+@pytest.mark.parametrize(
     "args, stdin, needle",
     [
         (["live", "nope"], None, "session='nope': no such session"),
@@ -152,7 +179,8 @@ def test_append_reads_json_lines_from_stdin(cli):
         (["delete", "nope", "--yes"], None, "no such session"),
     ],
 )
-def test_errors_are_one_line_and_exit_2(cli, args, stdin, needle):
+def test_errors_are_one_line_and_exit_2(cli, store_url, args, stdin, needle):
+    PruneStore(store_url).close()  # a store, empty
     output = cli(*args, input=stdin, code=2)
     assert needle in output
     assert "Traceback" not in output and len(output.strip().splitlines()) == 1

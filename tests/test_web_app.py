@@ -139,6 +139,7 @@ def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
     assert is_loopback("127.0.0.1") and is_loopback("::1") and is_loopback("localhost")
     assert not is_loopback("0.0.0.0") and not is_loopback("192.168.1.4") and not is_loopback("example.org")
     url = f"sqlite:///{tmp_path / 'store.db'}"
+    PruneStore(url).close()
     with serving(url) as (_, process):
         pass
     assert "WARNING" not in process.stderr.read()

@@ -11,7 +11,7 @@ from typing import Any
 import click
 
 from .. import __version__, db
-from ..errors import PruneStoreError
+from ..errors import PruneStoreError, StoreNotFoundError
 from ..model import StoredMessage
 from ..store import PruneStore
 
@@ -60,8 +60,12 @@ def confirm(question: str, yes: bool) -> None:
         click.confirm(question, abort=True, err=True)
 
 
-def open_store(ctx: click.Context) -> PruneStore:
-    return PruneStore(ctx.find_root().obj)
+def open_store(ctx: click.Context, *, reading: bool = False) -> PruneStore:
+    """The store of ``--db``; a command that only reads (`reading`) never creates one where there is none."""
+    try:
+        return PruneStore(ctx.find_root().obj, create=not reading)
+    except StoreNotFoundError as exc:
+        raise StoreNotFoundError(f"{exc} (commands that write create one; prunestore demo fills one)") from None
 
 
 def echo_json(value: Any) -> None:

@@ -29,7 +29,7 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
     A one-line report of what rendering did goes to standard error; with
     --json, one object holds the prompt and the report.
     """
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
         budget = _budget(store, session)
     r = rendered.report
@@ -87,7 +87,7 @@ def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
 @click.argument("session")
 def live(ctx: click.Context, session: str, as_json: bool) -> None:
     """The live messages of SESSION: what goes into the next prompt (with a budget, a line on it to stderr)."""
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         _print_messages(store.live(session), as_json)
         if not as_json:
             _echo_budget(_budget(store, session))
@@ -98,7 +98,7 @@ def live(ctx: click.Context, session: str, as_json: bool) -> None:
 @click.option("--id", "ids", multiple=True, metavar="ID", help="Only the message with this id (repeatable).")
 def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bool) -> None:
     """Every message of SESSION with its verdict (or only those given with --id)."""
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         _print_messages(store.messages(session, ids=ids or None), as_json)
 
 
@@ -107,7 +107,7 @@ def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bo
 @click.argument("message_id")
 def explain(ctx: click.Context, session: str, message_id: str, as_json: bool) -> None:
     """Why MESSAGE_ID of SESSION has its verdict."""
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         why = store.explain(session, message_id)
     if as_json:
         echo_json({**asdict(why), "live": why.live, "reason": why.reason})
@@ -123,7 +123,7 @@ def verify(ctx: click.Context, session: str | None, everything: bool, as_json: b
     """Rerun the batch pruner over SESSION (or all) and compare; exit 1 on any mismatch."""
     if session and everything:
         raise click.UsageError("give a SESSION or --all, not both")
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         report = store.verify(session)
     if as_json:
         echo_json(
@@ -149,7 +149,7 @@ def verify(ctx: click.Context, session: str | None, everything: bool, as_json: b
 @click.argument("session", required=False)
 def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     """Messages and tokens, total, live and per verdict, of SESSION or of all."""
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         result = store.stats(session)
     if as_json:
         echo_json({**asdict(result), "reduction": result.reduction})
@@ -178,7 +178,7 @@ def sessions(
 ) -> None:
     """The session names, in order; paged with --limit and --after."""
     idle_for = timedelta(days=idle_days) if idle_days is not None else None
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=True) as store:
         names = store.sessions(prefix, idle_for=idle_for, limit=limit, after=after)
     if as_json:
         echo_json(names)

@@ -7,8 +7,7 @@ import ipaddress
 import click
 
 from .. import db
-from ..store import PruneStore
-from .common import command, echo_json, main
+from .common import command, echo_json, main, open_store
 
 
 def is_loopback(host: str) -> bool:
@@ -56,7 +55,7 @@ def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]
         raise click.ClickException(
             f"prunestore serve needs the web extra ({exc.name} is missing): pip install 'prunestore[web]'"
         ) from exc
-    store = PruneStore(ctx.find_root().obj)
+    store = open_store(ctx, reading=True)
     if not is_loopback(host):
         click.secho(
             f"WARNING: listening on {host}, not on this machine only: anyone who can reach port {port} "

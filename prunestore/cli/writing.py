@@ -284,7 +284,7 @@ def policy(
     if restore is not None:
         changes["restore"] = restore
     counter = None if tokenizer is None else load_tokenizer(tokenizer)
-    with open_store(ctx) as store:
+    with open_store(ctx, reading=not changes and counter is None) as store:
         chosen = store.policy
         if changes:
             chosen = replace(store.policy, **changes)
