@@ -116,3 +116,32 @@ def test_fastapi_chatbot_over_http(store_url, monkeypatch):
         assert unknown.status_code == 404 and "nobody" in unknown.json()["detail"]
     assert sum(1 for m in prompt if m["role"] == "tool") == 1  # older listings superseded, with their calls
     assert sizes[-1][1] == 16 and sizes[-1][0] < sizes[-1][1]  # 4 turns x 4 messages stored; fewer sent
+
+
+def _anchor(heading: str) -> str:
+    """The anchor GitHub gives a Markdown heading."""
+    text = heading.strip().lower()
+    return "".join(c for c in text if c.isalnum() or c in " -_").replace(" ", "-")
+
+
+def test_every_link_between_the_docs_resolves():
+    """Relative links in the README and docs/ name a file that exists, and a heading in it where they give one."""
+    import re
+
+    root = EXAMPLES.parent
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    broken = []
+    for page in pages:
+        text = re.sub(r"```.*?```", "", page.read_text(), flags=re.S)  # code blocks hold no links
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):
+                continue
+            path, _, anchor = target.partition("#")
+            file = (page.parent / path).resolve() if path else page
+            if not file.exists():
+                broken.append(f"{page.name}: {target}")
+            elif anchor and file.suffix == ".md":
+                headings = {_anchor(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), flags=re.M)}
+                if anchor not in headings:
+                    broken.append(f"{page.name}: {target} (no such heading)")
+    assert not broken, broken
