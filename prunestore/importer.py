@@ -211,7 +211,8 @@ def import_files(
     except KeyboardInterrupt:
         raise ImportInterrupted(done.summary()) from None
     except PruneStoreError as exc:
-        kept = f"; the {done.messages} messages imported before it are stored" if done.messages else ""
+        before = f"{done.messages:,} message{'' if done.messages == 1 else 's'}"
+        kept = f"; the {before} imported before it are stored" if done.messages else ""
         raise type(exc)(
             f"{exc} (nothing of its batch was written{kept}; importing again skips what is stored)"
         ) from None

@@ -15,7 +15,7 @@ from typing import Any
 from .errors import InvalidMessageError, shorten
 from .model import MESSAGE_FIELDS, Message
 
-__all__ = ["parse_line", "read_lines", "to_json"]
+__all__ = ["parse_line", "read_numbered_lines", "to_json"]
 
 _REQUIRED_IN_ORDER = ("id", "role", "content", "turn")
 _REQUIRED = frozenset(_REQUIRED_IN_ORDER)
@@ -26,7 +26,9 @@ _LISTS = frozenset({"defines", "refs"})
 def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | None, Message]:
     """One line as ``(session, Message)``; errors name the line and the field."""
     try:
-        data = json.loads(line)
+        data = json.loads(line.rstrip("\r\n"))  # so that a position in the line is a column of this line
+    except json.JSONDecodeError as exc:
+        raise InvalidMessageError(f"line {number}: not valid JSON ({exc.msg} at column {exc.colno})") from None
     except ValueError as exc:
         raise InvalidMessageError(f"line {number}: not valid JSON ({exc})") from None
     except RecursionError:
@@ -51,10 +53,11 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
         raise InvalidMessageError(f"line {number}: {exc}") from None
 
 
-def read_lines(lines: Iterable[str], *, session_field: bool) -> Iterator[tuple[str | None, Message]]:
+def read_numbered_lines(lines: Iterable[str], *, session_field: bool) -> Iterator[tuple[int, str | None, Message]]:
+    """Each non-blank line as ``(line number, session, Message)``."""
     for number, line in enumerate(lines, 1):
         if line.strip():
-            yield parse_line(line, number, session_field=session_field)
+            yield number, *parse_line(line, number, session_field=session_field)
 
 
 def to_json(message: Message, **extra: Any) -> dict[str, Any]:

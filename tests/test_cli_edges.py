@@ -437,3 +437,36 @@ def test_import_refuses_a_line_longer_than_any_message_before_reading_it_whole(t
 def test_a_url_nothing_can_open_is_one_line(url):
     line = one_line_error(invoke("--db", url, "stats"), "Error:", "url=")
     assert len(line) < 400
+
+
+def test_append_names_the_line_of_a_turn_order_or_duplicate_error(cli):
+    first = json.dumps({"id": "a", "role": "user", "content": "x", "turn": 5})
+    cli("append", "s", input=first + "\n")
+    older = json.dumps({"id": "b", "role": "user", "content": "y", "turn": 2})
+    line = one_line_error(cli("append", "s", input=first + "\n\n" + older + "\n", code=2), "line 3:", "turn=2")
+    assert "older than the current turn 5" in line
+    changed = json.dumps({"id": "a", "role": "user", "content": "other", "turn": 5})
+    one_line_error(cli("append", "s", input=changed + "\n", code=2), "line 1:", "id='a'")
+
+
+def test_a_json_error_names_its_own_line_and_column(cli):
+    line = one_line_error(cli("append", "s", input='{"id": "a", "role": "user"\n', code=2), "line 1:")
+    assert "column 27" in line and "line 2" not in line
+
+
+@pytest.mark.parametrize(
+    ("args", "lines", "said"),
+    [
+        (["append", "s"], [user(0)], "1 message appended;"),
+        (["append", "s"], [user(0), user(1)], "2 messages appended;"),
+    ],
+)
+def test_counts_are_in_the_singular_for_one(cli, args, lines, said):
+    assert said in cli(*args, input="".join(json.dumps(m) + "\n" for m in lines)).stdout
+    assert "ok: 1 session, " in cli("verify", "--all").stdout
+    assert "\n1 session;" in cli("stats").stdout
+
+
+def test_python_m_prunestore_is_the_command():
+    done = subprocess.run([sys.executable, "-m", "prunestore", "--help"], capture_output=True, text=True, check=False)
+    assert done.returncode == 0 and "Usage: prunestore" in done.stdout, done.stderr

@@ -54,6 +54,11 @@ def command(group: click.Group, name: str | None = None, *, as_json: bool = True
     return decorate
 
 
+def counted(count: int, noun: str) -> str:
+    """`count` and `noun`, plural unless it is one: "1 message", "2,000 messages"."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def confirm(question: str, yes: bool) -> None:
     """Ask on standard error (standard output may be JSON for a program); Ctrl-C or "no" aborts with status 1."""
     if not yes:

@@ -14,7 +14,7 @@ from ..jsonl import to_json
 from ..model import StoredMessage
 from ..results import Stats
 from ..store import PruneStore
-from .common import DAYS, command, echo_json, main, message_rows, open_store, printable, table
+from .common import DAYS, command, counted, echo_json, main, message_rows, open_store, printable, table
 
 
 @command(main)
@@ -46,7 +46,7 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
     else:
         click.echo(rendered.text)
     click.echo(
-        f"{r.messages_out} messages from {r.messages_in}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
+        f"{counted(r.messages_out, 'message')} from {r.messages_in:,}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
         f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
         err=True,
     )
@@ -140,7 +140,7 @@ def verify(ctx: click.Context, session: str | None, everything: bool, as_json: b
         for mismatch in report.mismatches:
             click.echo(printable(str(mismatch)))
         verdict = "ok" if report.ok else f"{len(report.mismatches)} mismatches"
-        click.echo(f"{verdict}: {report.sessions} sessions, {report.messages} messages checked")
+        click.echo(f"{verdict}: {counted(report.sessions, 'session')}, {counted(report.messages, 'message')} checked")
     if not report.ok:
         sys.exit(1)
 
@@ -157,7 +157,7 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items()]
     rows += [("live", result.live_messages, result.live_tokens), ("total", result.messages, result.tokens)]
     table(["verdict", "messages", "tokens"], rows)
-    click.echo(f"\n{result.sessions} session(s); tokens pruned: {result.reduction:.1%}")
+    click.echo(f"\n{counted(result.sessions, 'session')}; tokens pruned: {result.reduction:.1%}")
     if store.policy.gathers:
         budget = f"{result.budget:,} tokens" if result.budget is not None else "none"
         click.echo(

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from .. import db
-from .common import command, echo_json, main, open_store, table
+from .common import command, counted, echo_json, main, open_store, table
 
 
 def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
@@ -64,7 +64,10 @@ def demo(
         for row in filled:
             rows.append(row)
             if not as_json:
-                click.echo(f"  {row.session}: {row.messages} messages, {row.reduction:.1%} of tokens pruned", err=True)
+                click.echo(
+                    f"  {row.session}: {counted(row.messages, 'message')}, {row.reduction:.1%} of tokens pruned",
+                    err=True,
+                )
         last = rows[-1].session
         verdicts = {m.verdict: m.id for m in reversed(store.messages(last))}
         example = verdicts.get("restored") or verdicts.get("superseded") or verdicts["kept"]

@@ -15,13 +15,13 @@ from typing import Any
 import click
 
 from .. import settings
-from ..errors import InvalidMessageError, PruneStoreError
+from ..errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError
 from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
-from ..jsonl import read_lines
+from ..jsonl import read_numbered_lines
 from ..results import Delta
 from ..settings import tokenizer_name
-from .common import DAYS, command, confirm, echo_json, main, open_store, printable
+from .common import DAYS, command, confirm, counted, echo_json, main, open_store, printable
 
 
 @command(main)
@@ -34,15 +34,25 @@ def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
     refused. Messages already stored with the same fields are skipped (a safe
     retry) and not counted.
     """
+    if sys.stdin.isatty():
+        click.echo("Reading JSON Lines, one message a line; Ctrl-D ends them.", err=True)
     batches: dict[str, list] = {}
-    for number, (named, message) in enumerate(read_lines(sys.stdin, session_field=session is None), 1):
+    lines: dict[tuple[str, str], int] = {}  # (session, id) -> the line it came from
+    for number, named, message in read_numbered_lines(sys.stdin, session_field=session is None):
         if session is not None and named is not None and named != session:
             raise InvalidMessageError(f"line {number}: session={named!r} differs from the SESSION argument {session!r}")
         name = session if session is not None else named
-        assert name is not None  # read_lines requires the field when there is no SESSION
+        assert name is not None  # the lines carry the field when there is no SESSION
         batches.setdefault(name, []).append(message)
+        lines.setdefault((name, message.id), number)
     with open_store(ctx) as store:
-        deltas = store.append_many(batches) if batches else {}
+        try:
+            deltas = store.append_many(batches) if batches else {}
+        except (DuplicateMessageError, TurnOrderError) as exc:
+            at = lines.get((exc.session or "", exc.message_id or ""))
+            if at is None:
+                raise
+            raise type(exc)(f"line {at}: {exc}", session=exc.session, message_id=exc.message_id) from None
     appended = sum(d.appended for d in deltas.values())
     if as_json:
         if session is not None:
@@ -54,7 +64,7 @@ def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
     skipped = f" ({given - appended} already stored)" if given > appended else ""
     added = sum(len(d.live_added) for d in deltas.values())
     removed = sum(len(d.live_removed) for d in deltas.values())
-    click.echo(f"{appended} messages appended{skipped}; live +{added} -{removed}")
+    click.echo(f"{counted(appended, 'message')} appended{skipped}; live +{added} -{removed}")
 
 
 @command(main, "import")
@@ -117,7 +127,7 @@ def import_(
     except ImportInterrupted as stop:
         done = stop.summary
         click.echo(
-            f"\nInterrupted: {done.messages} messages were imported and are stored; "
+            f"\nInterrupted: {counted(done.messages, 'message')} imported and stored; "
             "run the same command again to import the rest.",
             err=True,
         )
@@ -149,7 +159,8 @@ def _report_import(summary: ImportSummary, elapsed: float, as_json: bool) -> Non
         return
     skipped = f" ({summary.already_stored} already stored)" if summary.already_stored else ""
     click.echo(
-        f"imported {summary.messages} messages{skipped} in {summary.sessions} sessions in {elapsed:.1f} s "
+        f"imported {counted(summary.messages, 'message')}{skipped} in {counted(summary.sessions, 'session')} "
+        f"in {elapsed:.1f} s "
         f"({rate} messages/s)"
     )
 
@@ -167,7 +178,7 @@ def rebuild(ctx: click.Context, session: str | None, everything: bool, as_json: 
     if as_json:
         echo_json({"rebuilt": rebuilt})
     else:
-        click.echo(f"rebuilt {printable(session) if session else f'{len(rebuilt)} sessions'}")
+        click.echo(f"rebuilt {printable(session) if session else counted(len(rebuilt), 'session')}")
 
 
 @command(main)
@@ -198,13 +209,14 @@ def gc(ctx: click.Context, idle_days: float, dry_run: bool, batch_size: int, yes
         if not dry_run and not yes:
             found = store.gc(idle_for, dry_run=True, batch_size=batch_size)
             if found.sessions:
-                confirm(f"Delete {len(found.sessions):,} sessions ({found.messages:,} messages) {idle}?", yes)
+                what = f"{counted(len(found.sessions), 'session')} ({counted(found.messages, 'message')})"
+                confirm(f"Delete {what} {idle}?", yes)
         report = store.gc(idle_for, dry_run=dry_run, batch_size=batch_size)
     if as_json:
         echo_json({"sessions": list(report.sessions), "messages": report.messages, "dry_run": report.dry_run})
     else:
         verb = "would remove" if report.dry_run else "removed"
-        click.echo(f"{verb} {len(report.sessions):,} sessions, {report.messages:,} messages ({idle})")
+        click.echo(f"{verb} {counted(len(report.sessions), 'session')}, {counted(report.messages, 'message')} ({idle})")
 
 
 @command(main)
@@ -290,7 +302,7 @@ def policy(
             chosen = replace(store.policy, **changes)
         if chosen != store.policy or (counter is not None and tokenizer_name(counter) != store.tokenizer_name):
             what = "policy" if counter is None else "tokenizer" if chosen == store.policy else "policy and tokenizer"
-            confirm(f"Rebuild all {len(store.sessions())} sessions under the new {what}?", yes)
+            confirm(f"Rebuild {counted(len(store.sessions()), 'session')} under the new {what}?", yes)
             store.rebuild(policy=chosen, tokenizer=counter)
         shown = {**json.loads(chosen.to_json()), "tokenizer": store.tokenizer_name}
     if as_json:
