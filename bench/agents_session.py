@@ -15,7 +15,7 @@ side by side, round robin across sizes and classes:
 and last, once, a full read after all of that. Prints the p50 ms of each and
 the items a turn's ``get_items()`` returns.
 
-    pip install 'prunestore[openai-agents]'
+    pip install '.[openai-agents]'
     python bench/agents_session.py [--sizes 100,1000,10000] [--solo-sizes 100000] [--turns 30]
 """
 

@@ -4,7 +4,7 @@ Each turn the model sees `history.messages`: the live history, with stale
 tool results and their calls pruned and every remaining call paired with its
 result. Run it twice: the session is on disk and goes on.
 
-    pip install 'prunestore[langchain]'
+    pip install '.[langchain]'
     python examples/langchain_agent.py        # PRUNESTORE_URL, else sqlite:///prunestore.db
 """
 

@@ -4,7 +4,7 @@ Every run, the runner reads the session's items: the live history, where a
 directory listing that a later identical call superseded is gone together
 with its call. Run it twice: the session is on disk and goes on.
 
-    pip install 'prunestore[openai-agents]'    # the Agents SDK and the asyncio drivers
+    pip install '.[openai-agents]'    # the Agents SDK and the asyncio drivers
     python examples/openai_agents_session.py   # PRUNESTORE_URL, else sqlite:///prunestore.db
 """
 

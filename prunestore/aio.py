@@ -43,7 +43,7 @@ class AsyncPruneStore:
     """`PruneStore` for asyncio code: the same calls, awaited.
 
     On PostgreSQL it needs the ``asyncio`` extra (``pip install
-    'prunestore[asyncio]'``). The database is opened on first use (or by
+    '.[asyncio]'`` from prunestore's folder). The database is opened on first use (or by
     ``await store.open()`` / ``async with AsyncPruneStore(...) as store``);
     close it with ``await store.close()``. Any number of event loops may use
     one store at once; they share its cache of live lists.

@@ -118,12 +118,12 @@ def plotting():
     except ImportError as exc:
         from .errors import PruneStoreError
 
-        raise PruneStoreError("--plot needs matplotlib: pip install 'prunestore[plot]'") from exc
+        raise PruneStoreError("--plot needs matplotlib: pip install '.[plot]'") from exc
     return plt
 
 
 def draw(result: list[dict], path: Path) -> None:
-    """Cost per turn against conversation length (needs matplotlib: pip install 'prunestore[plot]')."""
+    """Cost per turn against conversation length (needs matplotlib: pip install '.[plot]')."""
     plt = plotting()
     turns = [r["turns"] for r in result]
     fig, ax = plt.subplots(figsize=(7, 4.5))

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import sqlalchemy as sa
 from alembic import command
@@ -91,12 +91,16 @@ def make_async_engine(url: str | None = None) -> AsyncEngine:
 
     A plain ``sqlite:///`` URL is taken to mean aiosqlite.
     """
-    from sqlalchemy.ext.asyncio import create_async_engine
-
     url = resolve_url(url)
     if url.startswith("sqlite:"):
         url = "sqlite+aiosqlite:" + url[len("sqlite:") :]
-    return _make(url, create_async_engine, "asyncio")
+
+    def create(url: str, **options: Any) -> AsyncEngine:
+        from sqlalchemy.ext.asyncio import create_async_engine  # needs greenlet: a missing one says which extra
+
+        return create_async_engine(url, **options)
+
+    return _make(url, create, "asyncio")
 
 
 def in_memory(url: str) -> bool:
@@ -167,11 +171,14 @@ def _make(url: str, create, extra: str):
         options["connect_args"] = {"connect_timeout": CONNECT_TIMEOUT_S}
     try:
         engine = create(read_only or url, **options)
-    except (sa.exc.ArgumentError, ImportError) as exc:
-        missing = getattr(exc, "name", None) or str(exc)
-        hint = f" (pip install 'prunestore[{extra}]')" if "psycopg" in missing or extra == "asyncio" else ""
-        problem = _url_problem(url, exc) if isinstance(exc, sa.exc.ArgumentError) else str(exc).splitlines()[0]
-        raise PruneStoreError(f"url={shown_url(url)!r}: cannot open ({problem}){hint}") from exc
+    except ImportError as exc:  # a driver, or (asyncio) greenlet, is not installed
+        missing = exc.name or ("greenlet" if "greenlet" in str(exc) else str(exc).splitlines()[0])
+        raise PruneStoreError(
+            f"url={shown_url(url)!r}: cannot open it without {missing}: install the {extra} extra "
+            f"(python -m pip install '.[{extra}]' in prunestore's folder)"
+        ) from exc
+    except sa.exc.ArgumentError as exc:
+        raise PruneStoreError(f"url={shown_url(url)!r}: cannot open ({_url_problem(url, exc)})") from exc
     if backend == "sqlite":
         _configure_sqlite(getattr(engine, "sync_engine", engine), read_only=read_only is not None)
     return engine

@@ -342,7 +342,7 @@ def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_p
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setattr(prunestore.bench, "compare_per_turn", measured)
-    one_line_error(invoke("bench", "--turns", "5", "--plot", str(tmp_path / "p.png")), "prunestore[plot]")
+    one_line_error(invoke("bench", "--turns", "5", "--plot", str(tmp_path / "p.png")), ".[plot]")
 
 
 # -- extras ------------------------------------------------------------------------
@@ -355,7 +355,7 @@ def test_each_example_names_an_extra_that_brings_what_it_imports():
     needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "sqlalchemy[asyncio]"})}
     needs["langchain_agent.py"] = ("langchain", {"langchain-core"})
     for example, (extra, packages) in needs.items():
-        assert f"pip install 'prunestore[{extra}]'" in (ROOT / "examples" / example).read_text()
+        assert f"pip install '.[{extra}]'" in (ROOT / "examples" / example).read_text()
         assert packages <= {requirement.split(">=")[0] for requirement in extras[extra]}, extra
 
 
@@ -470,3 +470,23 @@ def test_counts_are_in_the_singular_for_one(cli, args, lines, said):
 def test_python_m_prunestore_is_the_command():
     done = subprocess.run([sys.executable, "-m", "prunestore", "--help"], capture_output=True, text=True, check=False)
     assert done.returncode == 0 and "Usage: prunestore" in done.stdout, done.stderr
+
+
+def test_an_integration_without_its_extra_says_which_to_install():
+    code = "import sys; sys.modules['langchain_core'] = None; import prunestore.integrations.langchain"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.returncode == 1
+    assert "ModuleNotFoundError: prunestore.integrations.langchain needs langchain-core" in done.stderr
+    assert "pip install '.[langchain]'" in done.stderr
+
+
+def test_asyncio_on_postgresql_without_greenlet_says_which_extra():
+    code = (
+        "import sys; sys.modules['greenlet'] = None\n"
+        "from prunestore import db\n"
+        "try:\n    db.make_async_engine('postgresql://u@127.0.0.1:9/x')\n"
+        "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert done.stdout.startswith("PruneStoreError") and "install the asyncio extra" in done.stdout, done
+    assert "sqlalchemy[asyncio]" not in done.stdout

@@ -157,8 +157,32 @@ def test_serve_warns_when_it_listens_beyond_this_machine(tmp_path):
 def test_serve_without_the_web_extra_says_how_to_get_it(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "uvicorn", None)  # as if it were not installed
     result = CliRunner().invoke(main, ["--db", f"sqlite:///{tmp_path / 's.db'}", "serve"])
-    assert result.exit_code == 1
-    assert "pip install 'prunestore[web]'" in result.output
+    assert result.exit_code == 2 and result.output.startswith("Error:") and result.output.count("\n") == 1
+    assert "pip install '.[web]'" in result.output
+
+
+def test_serve_on_a_port_in_use_says_so_in_one_line_before_anything_else(tmp_path):
+    import socket
+
+    PruneStore(f"sqlite:///{tmp_path / 's.db'}").close()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = str(taken.getsockname()[1])
+        command = [
+            sys.executable,
+            "-m",
+            "prunestore",
+            "--db",
+            f"sqlite:///{tmp_path / 's.db'}",
+            "serve",
+            "--port",
+            port,
+        ]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.startswith(f"Error: port={port}: cannot listen on 127.0.0.1:{port}"), done.stderr
+    assert done.stderr.count("\n") == 1
 
 
 def test_serve_has_help():

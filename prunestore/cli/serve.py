@@ -3,11 +3,28 @@
 from __future__ import annotations
 
 import ipaddress
+import socket
 
 import click
 
 from .. import db
+from ..errors import PruneStoreError
 from .common import command, echo_json, main, open_store
+
+
+def check_port(host: str, port: int) -> None:
+    """Refuse, before saying anything else, an address this process cannot listen on (a port in use)."""
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as exc:
+        raise PruneStoreError(f"host={host!r}: cannot listen there ({exc.strerror})") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server will
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise PruneStoreError(f"port={port}: cannot listen on {host}:{port} ({exc.strerror})") from None
 
 
 def is_loopback(host: str) -> bool:
@@ -38,7 +55,7 @@ def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]
     folded in place, with why), explain a message, and chart the prompt's
     tokens per turn. Nothing can be written through it, and it asks for no
     login: it listens on this machine only unless --host says otherwise.
-    Needs the web extra: pip install 'prunestore[web]'. With --json, the
+    Needs the web extra: pip install '.[web]'. With --json, the
     store and the address are printed as one JSON object before serving.
 
     Listening on this machine, it answers only requests for localhost,
@@ -52,9 +69,11 @@ def serve(ctx: click.Context, host: str, port: int, allow_hosts: tuple[str, ...]
         from ..web import create_app
         from ..web.app import LOOPBACK_HOSTS
     except ImportError as exc:
-        raise click.ClickException(
-            f"prunestore serve needs the web extra ({exc.name} is missing): pip install 'prunestore[web]'"
+        raise PruneStoreError(
+            f"prunestore serve needs the web extra ({exc.name} is missing): "
+            "python -m pip install '.[web]' in prunestore's folder"
         ) from exc
+    check_port(host, port)
     store = open_store(ctx, reading=True)
     if not is_loopback(host):
         click.secho(

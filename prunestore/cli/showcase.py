@@ -123,7 +123,7 @@ def demo(
     click.echo(
         f"\nThe store is {url}. Explore it:\n  prunestore sessions\n  prunestore stats {last}\n"
         f"  prunestore live {last}\n  prunestore explain {last} {example}\n"
-        f"  prunestore serve   (in a browser; needs pip install 'prunestore[web]')"
+        f"  prunestore serve   (in a browser; needs pip install '.[web]')"
     )
 
 

@@ -1,6 +1,6 @@
 """A LangChain chat message history whose messages are the pruned, provider-valid history.
 
-Needs ``langchain-core`` (``pip install 'prunestore[langchain]'``). Each
+Needs ``langchain-core`` (``pip install '.[langchain]'``). Each
 message is stored in LangChain's own serialized form (`message_to_dict`), so
 what comes back is equal to what went in (ids, kwargs, metadata, artifacts,
 statuses, content blocks) wherever nothing was pruned; what was pruned is
@@ -19,18 +19,25 @@ import json
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from langchain_core.chat_history import BaseChatMessageHistory
-from langchain_core.messages import (
-    AIMessage,
-    BaseMessage,
-    ChatMessage,
-    HumanMessage,
-    SystemMessage,
-    ToolMessage,
-    convert_to_messages,
-    message_to_dict,
-    messages_from_dict,
-)
+try:
+    from langchain_core.chat_history import BaseChatMessageHistory
+    from langchain_core.messages import (
+        AIMessage,
+        BaseMessage,
+        ChatMessage,
+        HumanMessage,
+        SystemMessage,
+        ToolMessage,
+        convert_to_messages,
+        message_to_dict,
+        messages_from_dict,
+    )
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"prunestore.integrations.langchain needs langchain-core ({exc.name} is missing): install the langchain "
+        "extra (python -m pip install '.[langchain]' in prunestore's folder)",
+        name=exc.name,
+    ) from exc
 
 from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError

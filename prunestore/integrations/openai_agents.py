@@ -1,6 +1,6 @@
 """An OpenAI Agents SDK session whose items are the pruned history, every call paired with its output.
 
-Needs ``openai-agents`` (``pip install 'prunestore[openai-agents]'``). Items
+Needs ``openai-agents`` (``pip install '.[openai-agents]'``). Items
 are Responses-style: messages, tool calls (``function_call`` and the other
 ``*_call`` items) with their ``*_call_output``, and anything else the SDK
 records (reasoning, hosted tool calls), which is stored and given back
