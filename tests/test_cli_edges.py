@@ -490,3 +490,26 @@ def test_asyncio_on_postgresql_without_greenlet_says_which_extra():
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
     assert done.stdout.startswith("PruneStoreError") and "install the asyncio extra" in done.stdout, done
     assert "sqlalchemy[asyncio]" not in done.stdout
+
+
+@pytest.mark.parametrize(
+    ("args", "hint"),
+    [
+        (
+            ["import", str(FIXTURES / "openai_agent.json")],
+            "(a JSON transcript? use --format openai or --format anthropic",
+        ),
+        (
+            ["import", "--format", "anthropic", str(FIXTURES / "openai_agent.json")],
+            "(an OpenAI transcript? use --format openai)",
+        ),
+        (
+            ["import", "--format", "openai", str(FIXTURES / "anthropic_agent.json")],
+            "(an Anthropic transcript? use --format anthropic)",
+        ),
+        (["import", "--format", "openai", str(EXAMPLE)], "(JSON Lines? import them without --format)"),
+    ],
+)
+def test_a_file_of_the_other_kind_gets_one_hint(cli, args, hint):
+    line = one_line_error(cli(*args, code=2), hint)
+    assert line.count("transcript?") + line.count("JSON Lines?") == 1, line

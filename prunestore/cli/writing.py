@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 import time
 import zlib
@@ -124,6 +125,14 @@ def import_(
     try:
         with open_store(ctx) as store, progress as bar:
             imported = import_files(store, files, batch_size, bar.update)
+    except InvalidMessageError as exc:
+        transcript = next((f for f in files if str(exc).startswith(f"{f}, line ") and _a_transcript(f)), None)
+        if transcript is None:
+            raise
+        what = str(exc).split(" (nothing of its batch")[0]
+        raise InvalidMessageError(
+            f"{what} (a JSON transcript? use --format openai or --format anthropic; nothing was written)"
+        ) from None
     except ImportInterrupted as stop:
         done = stop.summary
         click.echo(
@@ -135,10 +144,24 @@ def import_(
     _report_import(imported, time.perf_counter() - start, as_json)
 
 
+def _a_transcript(path: Path) -> bool:
+    """Whether the file is one JSON list or object rather than JSON Lines (read only for an error message)."""
+    try:
+        with open_bytes(path) as (handle, _raw):
+            return isinstance(json.loads(handle.read().decode("utf-8")), (list, dict))
+    except (ValueError, UnicodeDecodeError, RecursionError, OSError, EOFError, zlib.error):
+        return False
+
+
 def _read_transcript(path: Path, format_: str, options: dict) -> list:
     try:
         with open_bytes(path) as (handle, _raw):
             data = json.loads(handle.read().decode("utf-8"))
+    except json.JSONDecodeError as exc:
+        lines = " (JSON Lines? import them without --format)" if exc.msg == "Extra data" else ""
+        raise InvalidMessageError(
+            f"{path}: not a JSON transcript ({exc.msg} at line {exc.lineno} column {exc.colno}){lines}"
+        ) from None
     except (ValueError, UnicodeDecodeError, RecursionError, OSError, EOFError, zlib.error) as exc:
         raise InvalidMessageError(f"{path}: not a JSON transcript ({type(exc).__name__}: {exc})") from None
     messages: Any = data.get("messages") if isinstance(data, dict) else data
@@ -146,10 +169,10 @@ def _read_transcript(path: Path, format_: str, options: dict) -> list:
         if format_ == "openai":
             return from_openai(messages, **options)
         return from_anthropic(messages, data.get("system") if isinstance(data, dict) else None, **options)
-    except InvalidMessageError as exc:
+    except InvalidMessageError as exc:  # the library may ask whether it is the other kind: say how to import that
         other = "anthropic" if format_ == "openai" else "openai"
-        hint = f" (is it an {other.capitalize()} transcript? use --format {other})" if "transcript?" in str(exc) else ""
-        raise InvalidMessageError(f"{path}: {exc}{hint}") from None
+        text = re.sub(r"\((an \w+ transcript\?)\)$", rf"(\1 use --format {other})", str(exc))
+        raise InvalidMessageError(f"{path}: {text}") from None
 
 
 def _report_import(summary: ImportSummary, elapsed: float, as_json: bool) -> None:

@@ -38,7 +38,11 @@ def from_anthropic(
         original = check_dict(f"messages[{index}]", raw)
         role, content = original.get("role"), original.get("content")
         if role not in ("user", "assistant"):
-            raise InvalidMessageError(f"messages[{index}].role={shorten(role)}: must be 'user' or 'assistant'")
+            openai = role in ("system", "developer", "tool") or "tool_calls" in original
+            raise InvalidMessageError(
+                f"messages[{index}].role={shorten(role)}: must be 'user' or 'assistant'"
+                + (" (an OpenAI transcript?)" if openai else "")
+            )
         if isinstance(content, str):
             turn = importer.advance(index, role == "user" and bool(content))
             out.append(Message(f"m{index}", role, content, turn, metadata={"anthropic": original}))
