@@ -71,6 +71,11 @@ class SessionNotFoundError(PruneStoreError, KeyError):
         return str(self.args[0]) if self.args else ""
 
 
+def no_such_message(field: str, message_id: object, session: str) -> MessageNotFoundError:
+    """The one wording of a message id a session does not hold."""
+    return MessageNotFoundError(f"{field}={shorten(message_id)}: no such message in session {shorten(session)}")
+
+
 class StoreNotFoundError(PruneStoreError):
     """A store opened with ``create=False`` where there is none (a SQLite file that does not exist, an empty
     database): nothing was created."""

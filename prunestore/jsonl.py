@@ -36,6 +36,10 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
     if not isinstance(data, dict):
         raise InvalidMessageError(f"line {number}: expected a JSON object, got {shorten(data)}")
     session = data.pop("session", None)
+    if session_field and session is None:
+        raise InvalidMessageError(
+            f'line {number}: no session: give each line a "session" field, or name one (prunestore append SESSION)'
+        )
     if session_field and (not isinstance(session, str) or not session):
         raise InvalidMessageError(f"line {number}: session={shorten(session)}: a non-empty string is required")
     unknown = data.keys() - _KNOWN

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from .appending import Write, append_locked
 from .audit import expected_state
 from .driver import Driver, Statement
-from .errors import MessageNotFoundError, SessionExistsError, SessionNotFoundError, shorten
+from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
 from .incremental import new_state
 from .model import LIVE_VERDICTS, Policy, check_identifier
 from .prompt import PromptCounters
@@ -231,11 +231,11 @@ def delete_rows(driver: Driver, sid: int) -> None:
         driver.run(statement, {"sid": sid})
 
 
-def seq_of(driver: Driver, row: SessionRow, field: str, message_id: str) -> int:
+def seq_of(driver: Driver, name: str, row: SessionRow, field: str, message_id: str) -> int:
     check_identifier(field, message_id)
     seq = driver.scalar(_SEQ_OF, {"sid": row.session_id, "id": message_id})
     if seq is None:
-        raise MessageNotFoundError(f"{field}={shorten(message_id)}: not in this session")
+        raise no_such_message(field, message_id, name)
     return seq
 
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable
 from .audit import compare
 from .catalog import SUMMARY_COLUMNS
 from .driver import Driver, Statement
-from .errors import MessageNotFoundError, shorten
+from .errors import no_such_message
 from .incremental import new_state
 from .model import (
     DUPLICATE,
@@ -115,7 +115,7 @@ def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy
     check_identifier("message_id", message_id)
     found = driver.first(_ONE, {"sid": row.session_id, "id": message_id})
     if found is None:
-        raise MessageNotFoundError(f"message_id={shorten(message_id)}: not in session {session!r}")
+        raise no_such_message("message_id", message_id, session)
     return Entry(stored_message(found[:MESSAGE_WIDTH]), _explained(driver, session, row, found, policy, referrers=True))
 
 

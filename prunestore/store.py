@@ -26,10 +26,10 @@ from .errors import (
     DatabaseError,
     InvalidMessageError,
     InvalidPolicyError,
-    MessageNotFoundError,
     PolicyMismatchError,
     SessionNotFoundError,
     TokenizerMismatchError,
+    no_such_message,
     shorten,
 )
 from .formats import Rendered, render
@@ -398,7 +398,7 @@ class PruneStore:
 
         def run(driver: Driver, writes: list[Write]) -> Delta:
             row = lock_existing(driver, name)
-            at = seq_of(driver, row, "after_message_id", after_message_id)
+            at = seq_of(driver, name, row, "after_message_id", after_message_id)
             return cut(driver, name, row, at, self._settled(driver, row), writes)
 
         return self._writing(f"truncate session {name!r}", run, restarts=True)
@@ -433,7 +433,7 @@ class PruneStore:
 
         def run(driver: Driver, _: list[Write]) -> None:
             row = lock_existing(driver, name)
-            at = seq_of(driver, row, "at_message_id", at_message_id)
+            at = seq_of(driver, name, row, "at_message_id", at_message_id)
             fork_into(driver, row, at, new, self._settled(driver, row))
 
         self._writing(f"fork session {name!r} into {new!r}", run, restarts=True)
@@ -492,7 +492,7 @@ class PruneStore:
         missing = set(wanted).difference(m.id for m in found)
         if missing:
             first = next(i for i in wanted if i in missing)
-            raise MessageNotFoundError(f"ids: message id={shorten(first)} is not in session {session!r}")
+            raise no_such_message("ids", first, session)
         return sorted(found, key=lambda m: m.seq)
 
     def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:

@@ -249,7 +249,7 @@ def test_append_follows_the_session_field(cli, store_url):
     assert result["appended"] == 4 and set(result["sessions"]) == {"s0", "s1"}
     one_line_error(cli("append", "other", input=json.dumps(user(9, session="s0")), code=2), "session='s0' differs")
     assert json.loads(cli("append", "s0", "--json", input=json.dumps(user(8, session="s0"))).stdout)["appended"] == 1
-    one_line_error(cli("append", input=json.dumps({**user(7), "session": None}), code=2), "line 1: session=None")
+    one_line_error(cli("append", input=json.dumps({**user(7), "session": None}), code=2), "line 1: no session")
     with PruneStore(store_url) as store:
         assert [m.id for m in store.messages("s0")] == ["m0", "m2", "m8"]
 
@@ -513,3 +513,20 @@ def test_asyncio_on_postgresql_without_greenlet_says_which_extra():
 def test_a_file_of_the_other_kind_gets_one_hint(cli, args, hint):
     line = one_line_error(cli(*args, code=2), hint)
     assert line.count("transcript?") + line.count("JSON Lines?") == 1, line
+
+
+def test_a_missing_message_is_worded_one_way(cli):
+    cli("append", "s", input=json.dumps({"id": "a", "role": "user", "content": "x", "turn": 1}) + "\n")
+    lines = [
+        one_line_error(cli(*args, code=2), "='nope': no such message in session 's'")
+        for args in (["explain", "s", "nope"], ["messages", "s", "--id", "nope"], ["truncate", "s", "nope", "--yes"])
+    ]
+    assert len(lines) == 3
+
+
+def test_a_negative_budget_and_a_missing_session_say_what_is_wanted(cli):
+    assert "at least 1, or 'none'" in cli("policy", "--budget", "-5", code=2).stderr
+    line = one_line_error(
+        cli("append", input=json.dumps({"id": "a", "role": "user", "content": "x", "turn": 1}), code=2)
+    )
+    assert "line 1: no session" in line and "None" not in line

@@ -159,7 +159,7 @@ def test_messages_by_id(store):
     assert picked["b"].verdict == "superseded"
     assert store.messages("s", ids=[]) == []
     before = store.messages("s")
-    with pytest.raises(MessageNotFoundError, match="id='zz'"):
+    with pytest.raises(MessageNotFoundError, match="ids='zz': no such message in session"):
         store.messages("s", ids=["a", "zz"])
     with pytest.raises(InvalidMessageError, match="ids='ab'"):
         store.messages("s", ids="ab")  # a lone string would be read as the ids 'a' and 'b'

@@ -345,6 +345,11 @@ def load_tokenizer(path: str) -> Callable[[str], int]:
 
 def _int_option(name: str, text: str) -> int:
     try:
-        return int(text)
+        value = int(text)
     except ValueError:
-        raise click.BadParameter(f"{text!r} is not a whole number of tokens (or 'none')", param_hint=name) from None
+        value = 0
+    if value < 1:
+        raise click.BadParameter(
+            f"{text!r}: a budget is a whole number of tokens, at least 1, or 'none'", param_hint=name
+        )
+    return value
