@@ -530,3 +530,11 @@ def test_a_negative_budget_and_a_missing_session_say_what_is_wanted(cli):
         cli("append", input=json.dumps({"id": "a", "role": "user", "content": "x", "turn": 1}), code=2)
     )
     assert "line 1: no session" in line and "None" not in line
+
+
+def test_a_text_prompt_shows_control_characters_escaped_and_keeps_its_lines(cli):
+    hostile = {"id": "a", "role": "user", "content": "one\x00two\u202eevil\nnext\tline", "turn": 1}
+    cli("append", "s", input=json.dumps(hostile) + "\n")
+    shown = cli("render", "s", "--format", "text").stdout
+    assert "\x00" not in shown and "\u202e" not in shown
+    assert "one\\x00two\\u202eevil\nnext\tline" in shown

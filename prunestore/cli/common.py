@@ -85,8 +85,16 @@ UNPRINTABLE = {
 }
 
 
+_TEXT_UNPRINTABLE = {code: shown for code, shown in UNPRINTABLE.items() if code not in (0x09, 0x0A)}
+
+
 def printable(text: str) -> str:
     return text.translate(UNPRINTABLE)
+
+
+def printable_text(text: str) -> str:
+    """`printable`, keeping tabs and line breaks: for text shown as text (a rendered prompt)."""
+    return text.translate(_TEXT_UNPRINTABLE)
 
 
 def table(headers: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

@@ -14,7 +14,18 @@ from ..jsonl import to_json
 from ..model import StoredMessage
 from ..results import Stats
 from ..store import PruneStore
-from .common import DAYS, command, counted, echo_json, main, message_rows, open_store, printable, table
+from .common import (
+    DAYS,
+    command,
+    counted,
+    echo_json,
+    main,
+    message_rows,
+    open_store,
+    printable,
+    printable_text,
+    table,
+)
 
 
 @command(main)
@@ -44,7 +55,7 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
     elif format_ == "anthropic":
         echo_json({"system": rendered.system, "messages": rendered.messages})
     else:
-        click.echo(rendered.text)
+        click.echo(printable_text(rendered.text))
     click.echo(
         f"{counted(r.messages_out, 'message')} from {r.messages_in:,}, {r.tokens_out:,} of {r.tokens_in:,} tokens, "
         f"{r.calls_removed} calls removed, {r.placeholders} placeholders",
