@@ -107,6 +107,7 @@ _PROMPT_ONE = Statement(
 _PROMPT_ALL = Statement(
     "SELECT sum(events), sum(CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END) FROM prunestore_sessions"
 )
+_OVER_NAMES = Statement("SELECT name FROM prunestore_sessions WHERE prompt_tokens > :budget ORDER BY name LIMIT 20")
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
 
 
@@ -228,10 +229,12 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
     for verdict, count, tokens in rows:
         by_verdict[verdict] = VerdictStats(int(count), int(tokens))
     live = [by_verdict[v] for v in LIVE_VERDICTS]
-    events, over = 0, 0
+    events, over, names = 0, 0, ()
     if policy.gathers:
         params = {"sid": sid, "budget": policy.budget if policy.budget is not None else 2**62}
         events, over = driver.first(_PROMPT_ALL if sid is None else _PROMPT_ONE, params) or (0, 0)
+        if over and sid is None:
+            names = tuple(name for (name,) in driver.all(_OVER_NAMES, params))
     return Stats(
         sessions=sessions,
         messages=sum(v.messages for v in by_verdict.values()),
@@ -243,6 +246,7 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
         pending_tokens=by_verdict[PENDING].tokens,
         events=int(events or 0),
         over_budget=int(over or 0),
+        over_budget_names=names,
     )
 
 

@@ -160,6 +160,7 @@ class Stats:
     pending_tokens: int = 0  # in the prompt, waiting for the next removal event
     events: int = 0  # removal events so far
     over_budget: int = 0  # sessions whose prompt is over the budget (what may not be evicted exceeds it)
+    over_budget_names: tuple[str, ...] = ()  # the first of them by name (up to 20)
 
     @property
     def reduction(self) -> float:

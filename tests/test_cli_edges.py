@@ -538,3 +538,24 @@ def test_a_text_prompt_shows_control_characters_escaped_and_keeps_its_lines(cli)
     shown = cli("render", "s", "--format", "text").stdout
     assert "\x00" not in shown and "\u202e" not in shown
     assert "one\\x00two\\u202eevil\nnext\tline" in shown
+
+
+def test_stats_shows_budget_verdicts_only_under_a_budget_and_names_sessions_over_it(cli, store_url):
+    cli("import", str(EXAMPLE))
+    shown = cli("stats").stdout
+    assert "evicted" not in shown and "pending" not in shown
+    cli("policy", "--budget", "5", "--clear-at-least", "1", "--yes")  # the system prompt alone is over it
+    shown = cli("stats").stdout
+    assert "evicted" in shown and "sessions over budget: 2 (billing-3, support-7)" in shown
+
+
+def test_live_tail_and_messages_as_json_lines_that_import_takes_back(cli, tmp_path):
+    cli("import", str(EXAMPLE))
+    every = json.loads(cli("live", "support-7", "--json").stdout)
+    assert json.loads(cli("live", "support-7", "--tail", "2", "--json").stdout) == every[-2:]
+    dump = tmp_path / "dump.jsonl"
+    dump.write_text(cli("messages", "support-7", "--jsonl").stdout)
+    other = f"sqlite:///{tmp_path / 'other.db'}"
+    assert invoke("--db", other, "import", str(dump)).exit_code == 0
+    again = json.loads(invoke("--db", other, "messages", "support-7", "--json").stdout)
+    assert again == json.loads(cli("messages", "support-7", "--json").stdout)

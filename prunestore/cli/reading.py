@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from dataclasses import asdict
@@ -11,7 +12,7 @@ from typing import Any
 import click
 
 from ..jsonl import to_json
-from ..model import StoredMessage
+from ..model import EVICTED, PENDING, StoredMessage
 from ..results import Stats
 from ..store import PruneStore
 from .common import (
@@ -96,10 +97,12 @@ def _print_messages(messages: list[StoredMessage], as_json: bool) -> None:
 
 @command(main)
 @click.argument("session")
-def live(ctx: click.Context, session: str, as_json: bool) -> None:
+@click.option("--tail", type=click.IntRange(min=1), help="Only the last N of them.")
+def live(ctx: click.Context, session: str, tail: int | None, as_json: bool) -> None:
     """The live messages of SESSION: what goes into the next prompt (with a budget, a line on it to stderr)."""
     with open_store(ctx, reading=True) as store:
-        _print_messages(store.live(session), as_json)
+        found = store.live(session)
+        _print_messages(found[-tail:] if tail else found, as_json)
         if not as_json:
             _echo_budget(_budget(store, session))
 
@@ -107,10 +110,16 @@ def live(ctx: click.Context, session: str, as_json: bool) -> None:
 @command(main)
 @click.argument("session")
 @click.option("--id", "ids", multiple=True, metavar="ID", help="Only the message with this id (repeatable).")
-def messages(ctx: click.Context, session: str, ids: tuple[str, ...], as_json: bool) -> None:
+@click.option("--jsonl", is_flag=True, help="JSON Lines that prunestore import takes back: the messages as given.")
+def messages(ctx: click.Context, session: str, ids: tuple[str, ...], jsonl: bool, as_json: bool) -> None:
     """Every message of SESSION with its verdict (or only those given with --id)."""
     with open_store(ctx, reading=True) as store:
-        _print_messages(store.messages(session, ids=ids or None), as_json)
+        found = store.messages(session, ids=ids or None)
+    if jsonl:
+        for message in found:
+            click.echo(json.dumps({"session": session, **to_json(message.to_message())}, ensure_ascii=False))
+        return
+    _print_messages(found, as_json)
 
 
 @command(main)
@@ -165,7 +174,8 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
     if as_json:
         echo_json({**asdict(result), "reduction": result.reduction})
         return
-    rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items()]
+    budgeted = store.policy.gathers  # evicted and pending exist only then
+    rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items() if budgeted or v not in (EVICTED, PENDING)]
     rows += [("live", result.live_messages, result.live_tokens), ("total", result.messages, result.tokens)]
     table(["verdict", "messages", "tokens"], rows)
     click.echo(f"\n{counted(result.sessions, 'session')}; tokens pruned: {result.reduction:.1%}")
@@ -173,10 +183,18 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
         budget = f"{result.budget:,} tokens" if result.budget is not None else "none"
         click.echo(
             f"budget: {budget}; pending removal: {result.pending_tokens:,} tokens; "
-            f"removal events: {result.events:,}; sessions over budget: {result.over_budget}"
+            f"removal events: {result.events:,}; sessions over budget: {result.over_budget}{_named(result)}"
         )
         if result.over_budget:
             click.echo("warning: over budget: what may not be evicted exceeds the budget", err=True)
+
+
+def _named(result: Stats) -> str:
+    """The names of the sessions over budget, as far as `stats` read them."""
+    if not result.over_budget_names:
+        return ""
+    more = ", ..." if result.over_budget > len(result.over_budget_names) else ""
+    return f" ({', '.join(map(printable, result.over_budget_names))}{more})"
 
 
 @command(main)
