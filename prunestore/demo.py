@@ -123,6 +123,7 @@ class BudgetRow:
     facts_kept: int  # of which the message was in that turn's prompt
     cost: float
     cost_everything: float
+    over_budget_turns: int = 0  # turns whose prompt was over the budget (what may not be evicted exceeded it)
 
 
 def budget_run(turns: int, budget: int = 32000, clear_at_least: int = 16000, workload: str = "agent") -> BudgetRow:
@@ -147,6 +148,7 @@ def budget_run(turns: int, budget: int = 32000, clear_at_least: int = 16000, wor
                 definer.update((key, m.id) for key in effective_defines(m))
         events = store.stats("budget").events
     ours, theirs = prompt_costs(prompts), prompt_costs(everything)
+    over = sum(sum(tokens for _, tokens in prompt) > budget for prompt in prompts)
     return BudgetRow(
-        workload, turns, budget, clear_at_least, ours.peak, ours.mean, events, facts, kept, ours.cost, theirs.cost
+        workload, turns, budget, clear_at_least, ours.peak, ours.mean, events, facts, kept, ours.cost, theirs.cost, over
     )

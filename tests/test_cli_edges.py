@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -559,3 +560,11 @@ def test_live_tail_and_messages_as_json_lines_that_import_takes_back(cli, tmp_pa
     assert invoke("--db", other, "import", str(dump)).exit_code == 0
     again = json.loads(invoke("--db", other, "messages", "support-7", "--json").stdout)
     assert again == json.loads(cli("messages", "support-7", "--json").stdout)
+
+
+def test_demo_says_when_its_budget_run_went_over_and_refuses_a_negative_budget_first(cli):
+    shown = cli("demo", "--sizes", "20", "--budget", "100", "--clear-at-least", "10")
+    assert "over the budget at" in shown.stdout and "0.00M" not in shown.stdout
+    assert re.search(r"cost with a prompt cache .*: [0-9.]+k, against [0-9.]+k sending everything", shown.stdout)
+    refused = cli("demo", "--sizes", "20", "--budget", "-1", code=2)
+    assert refused.stdout == "" and "writing the demo" not in refused.stderr and "--budget" in refused.stderr

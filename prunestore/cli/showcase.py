@@ -10,6 +10,8 @@ import click
 from .. import db
 from .common import command, counted, echo_json, main, open_store, table
 
+TOKENS = click.IntRange(min=0)
+
 
 def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
     from ..demo import budget_run
@@ -21,9 +23,21 @@ def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
         f"facts in every turn's prompt: {r.facts_kept}/{r.facts}"
     )
     click.echo(
-        f"  input cost with a prompt cache (read 0.1, write 1.25 a token): {r.cost / 1e6:.2f}M, "
-        f"against {r.cost_everything / 1e6:.2f}M sending everything ({r.cost_everything / r.cost:.1f}x less)"
+        f"  input cost with a prompt cache (read 0.1, write 1.25 a token): {_amount(r.cost)}, "
+        f"against {_amount(r.cost_everything)} sending everything ({r.cost_everything / r.cost:.1f}x less)"
     )
+    if r.over_budget_turns:
+        click.echo(
+            f"  over the budget at {counted(r.over_budget_turns, 'turn')} of {r.turns}: what may not be evicted "
+            "(pinned roles, the current turn, what the prompt refers to) exceeded it"
+        )
+
+
+def _amount(tokens: float) -> str:
+    """Token-priced units, short: 1.23M, 45.6k, 789."""
+    if tokens >= 1e6:
+        return f"{tokens / 1e6:.2f}M"
+    return f"{tokens / 1e3:.1f}k" if tokens >= 1e3 else f"{tokens:.0f}"
 
 
 def _sizes(text: str) -> tuple[int, ...]:
@@ -40,8 +54,16 @@ def _sizes(text: str) -> tuple[int, ...]:
 @click.option("--sizes", default="50,200,500,1000,2000", show_default=True, help="Conversation lengths in turns.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the workload generator.")
 @click.option("--replace", is_flag=True, help="Overwrite the demo's sessions (chat-N, rag-N, agent-N) if they exist.")
-@click.option("--budget", default=32000, show_default=True, help="Budget of the run in memory (0: skip it).")
-@click.option("--clear-at-least", default=16000, show_default=True, help="Its clear_at_least.")
+@click.option(
+    "--budget",
+    default=32000,
+    show_default=True,
+    type=click.IntRange(min=0),
+    help="Budget of the run in memory (0: skip it).",
+)
+@click.option(
+    "--clear-at-least", default=16000, show_default=True, type=click.IntRange(min=0), help="Its clear_at_least."
+)
 def demo(
     ctx: click.Context, sizes: str, seed: int, replace: bool, budget: int, clear_at_least: int, as_json: bool
 ) -> None:
