@@ -253,3 +253,24 @@ def test_a_window_reads_the_first_characters_of_each_text(store, recorded):
     clipped = [text for text in recorded if "substr(content" in text]
     assert clipped and not [text for text in recorded if "FROM prunestore_messages" in text and " content," in text]
     assert store.window("big").entries[0].message.content == long  # without text_chars: the whole text
+
+
+def test_paging_edges(store):
+    from prunestore.web.app import PAGE_SIZE, ROW_CHARS
+
+    for n in range(PAGE_SIZE):
+        store.append(f"s{n:03}", Message("a", "user", "x", 1))
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    assert 'id="next"' not in client.get("/").text  # exactly one full page: no empty next page
+    store.append("zz", Message("a", "user", "x", 1))
+    first = client.get("/").text
+    assert 'id="next"' in first
+    following = client.get("/", params={"after": f"s{PAGE_SIZE - 1:03}"}).text
+    assert "zz" in following and 'id="next"' not in following
+    store.append("long", [Message("t1", "tool_output", "y" * (ROW_CHARS + 500), 1, tool_key="k")])
+    store.append("long", [Message("t2", "tool_output", "z", 2, tool_key="k")])  # t1 is pruned, and folded
+    page = client.get("/session", params={"session": "long"}).text
+    folded = page[page.index('id="m1"') : page.index('id="m2"')]
+    assert folded.index("500 more characters") > folded.index("<details")  # inside the fold
+    beyond = client.get("/session", params={"session": "long", "after": 99999}).text
+    assert "no messages after #99999; the session holds 2" in beyond and "0–99999" not in beyond

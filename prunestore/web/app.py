@@ -2,7 +2,7 @@
 
 - ``/``: the sessions, a page of names at a time, with counts read from the
   session rows (`PruneStore.summaries`);
-- ``/session?name=``: a window of the session as the model sees it, pruned
+- ``/session?session=``: a window of the session as the model sees it, pruned
   messages folded in place with their verdict and cause (`PruneStore.window`);
 - ``/message?session=&id=``: why one message has its verdict, with links
   (`PruneStore.entry`);
@@ -159,12 +159,12 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
     def sessions(request: Request) -> Response:
         prefix = request.query_params.get("prefix") or None
         after = request.query_params.get("after") or None
-        rows = store.summaries(prefix, limit=PAGE_SIZE, after=after)
-        more = rows[-1].name if len(rows) == PAGE_SIZE else None
+        rows = store.summaries(prefix, limit=PAGE_SIZE + 1, after=after)  # one more: is there a next page?
+        rows, more = rows[:PAGE_SIZE], rows[PAGE_SIZE - 1].name if len(rows) > PAGE_SIZE else None
         return page(request, "sessions.html", rows=rows, prefix=prefix or "", after=after, more=more)
 
     def session(request: Request) -> Response:
-        name = _text(request, "name")
+        name = _text(request, "session" if "session" in request.query_params else "name")  # name=: older links
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
         window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS)
         summary = window.session
