@@ -274,3 +274,9 @@ def test_paging_edges(store):
     assert folded.index("500 more characters") > folded.index("<details")  # inside the fold
     beyond = client.get("/session", params={"session": "long", "after": 99999}).text
     assert "no messages after #99999; the session holds 2" in beyond and "0–99999" not in beyond
+
+
+def test_a_chart_of_one_turn_shows_both_series(store):
+    store.append("one", [Message("a", "user", "hello there", 1), Message("b", "user", "hello there", 1)])
+    page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/chart", params={"session": "one"})
+    assert page.text.count('class="stored-point"') == 1 and page.text.count('class="point"') == 1

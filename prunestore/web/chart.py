@@ -35,6 +35,7 @@ class Chart:
     before: str  # SVG polyline points, one per turn: every token stored
     after: str  # the same, of the tokens in the prompt
     after_xy: tuple[tuple[float, float], ...]
+    before_xy: tuple[float, ...]  # the y of each turn's stored tokens (x as in `after_xy`): a lone turn draws no line
     events: tuple[tuple[float, int, int], ...]  # (x, turn, events that turn) where removal events happened
     budget_y: float | None
     x_ticks: tuple[Tick, ...]
@@ -113,6 +114,7 @@ def tokens_chart(points: list[HistoryPoint], budget: int | None) -> Chart:
         before=" ".join(f"{at},{y(p.tokens)}" for at, p in zip(xs, turns, strict=True)),
         after=" ".join(f"{at},{b}" for at, b in after),
         after_xy=after,
+        before_xy=tuple(y(p.tokens) for p in turns),
         events=tuple(events),
         budget_y=y(budget) if budget is not None else None,
         x_ticks=tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step)),
