@@ -83,7 +83,12 @@ class Explanation:
     def reason(self) -> str:
         """One line for people."""
         parts = []
-        if self.base == "kept":
+        if self.verdict == "evicted":  # first: that it is out of the prompt is the point
+            parts.append(
+                f"evicted to stay under the budget of {self.budget} tokens: at a removal event the prompt was over "
+                "it, and this was among the oldest messages nothing in the prompt needed"
+            )
+        if self.base == "kept" and self.verdict != "evicted":
             parts.append("kept: nothing supersedes, expires or duplicates it")
         if self.base == "superseded":
             parts.append(f"superseded by {self.superseded_by!r} (same tool key)")
@@ -96,8 +101,6 @@ class Explanation:
             users = ", ".join(repr(i) for i in self.needed_by) or "live messages"
             verb = "refers" if len(self.needed_by) == 1 else "refer"
             parts.append(f"restored: it defines {keys}, which {users} {verb} to")
-        if self.verdict == "evicted":
-            parts.append(f"evicted to stay under the budget of {self.budget} tokens")
         if self.verdict == "pending":
             parts.append(
                 f"still in the prompt until the next removal event ({self.pending_tokens} tokens pending, "

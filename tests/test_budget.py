@@ -113,7 +113,8 @@ def test_explain_and_stats_speak_of_the_budget(open_store, policy, data):
         assert why.verdict == m.verdict
         assert why.live == (m.verdict in ("kept", "restored", "pending"))
         if m.verdict == "evicted":
-            assert f"evicted to stay under the budget of {policy.budget} tokens" in why.reason
+            assert why.reason.startswith(f"evicted to stay under the budget of {policy.budget} tokens")
+            assert "kept:" not in why.reason  # live by the rules, yet out of the prompt: no contradiction
         if m.verdict == "pending":
             assert "until the next removal event" in why.reason
             assert why.base in ("superseded", "expired", "duplicate")
