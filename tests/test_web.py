@@ -8,8 +8,10 @@ what a person would see against the store's own answers (`messages`, `live`,
 
 from __future__ import annotations
 
+import json
 import urllib.request
 from itertools import pairwise
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import pytest
@@ -200,6 +202,75 @@ def test_a_budget_shows_its_line_and_removal_events(tmp_path, browser, shots):
     # Evicted messages are out of the prompt, so folded; pending ones are still in it.
     assert all(not r["shown"] for r in rows if r["verdict"] == "evicted")
     assert all(r["shown"] for r in rows if r["verdict"] == "pending")
+
+
+WIRE = """return Array.from(document.querySelectorAll('#wire .msg.wire')).map(e => ({
+    role: e.dataset.role,
+    parts: Array.from(e.querySelectorAll('.part')).map(p => [p.dataset.kind, p.dataset.call || null])}))"""
+
+
+def _wire_parts(rendered, fmt: str) -> list[dict]:
+    """What the page should show for `rendered`: each message's role and (kind, call id) parts."""
+    placeholder = ("[result pruned", "[no result")
+    shown = []
+    if fmt == "anthropic" and rendered.system:
+        shown.append({"role": "system", "parts": [["text", None]]})
+    for m in rendered.messages:
+        if m["role"] == "tool":
+            kind = "placeholder" if str(m["content"]).startswith(placeholder) else "result"
+            shown.append({"role": "tool", "parts": [[kind, m["tool_call_id"]]]})
+            continue
+        content = m.get("content")
+        blocks = [{"type": "text"}] if isinstance(content, str) else content or []
+        parts = []
+        if fmt == "openai":
+            parts = [["text", None]] if content not in (None, "", []) else []
+            parts += [["call", c["id"]] for c in m.get("tool_calls") or []]
+        for block in blocks if fmt == "anthropic" else []:
+            if block.get("type") == "tool_use":
+                parts.append(["call", block["id"]])
+            elif block.get("type") == "tool_result":
+                text = block.get("content", "")
+                kind = "placeholder" if isinstance(text, str) and text.startswith(placeholder) else "result"
+                parts.append([kind, block["tool_use_id"]])
+            else:
+                parts.append(["text", None])
+        shown.append({"role": m["role"], "parts": parts})
+    return shown
+
+
+def test_the_prompt_page_shows_what_render_gives(tmp_path, browser, shots):
+    """The OpenAI and Anthropic fixtures, and a store under a budget: each page is render()'s prompt, part by part,
+    and lists every call the prompt leaves out."""
+    from prunestore import from_anthropic, from_openai
+
+    fixtures = Path(__file__).parent / "fixtures"
+    url = f"sqlite:///{tmp_path / 'prompts.db'}"
+    with PruneStore(url, policy=Policy(budget=3000, clear_at_least=1000)) as store:
+        store.append("openai", from_openai(json.loads((fixtures / "openai_agent.json").read_text())))
+        transcript = json.loads((fixtures / "anthropic_agent.json").read_text())
+        store.append("anthropic", from_anthropic(transcript["messages"], transcript.get("system")))
+        expected = {
+            (name, fmt, placeholders): store.render(name, fmt, dropped="placeholder" if placeholders else "omit")
+            for name in ("openai", "anthropic")
+            for fmt in ("openai", "anthropic")
+            for placeholders in (False, True)
+        }
+    assert any(r.report.calls_removed for r in expected.values())
+    with serving(url) as (base, _):
+        for (name, fmt, placeholders), rendered in expected.items():
+            query = urlencode({"session": name, "format": fmt, **({"placeholders": "1"} if placeholders else {})})
+            browser.get(f"{base}/prompt?{query}")
+            if (name, fmt, placeholders) == ("openai", "openai", False):
+                browser.save_screenshot(str(shots / "prompt.png"))
+            assert browser.execute_script(WIRE) == _wire_parts(rendered, fmt), (name, fmt, placeholders)
+            left = browser.find_elements(By.CSS_SELECTOR, "#left-out li.left-out")
+            assert len(left) == rendered.report.calls_removed
+            for item in left[:5]:  # each names its cause with a link to a stored message
+                assert item.find_elements(By.CSS_SELECTOR, "a.ref")
+        browser.get(session_url(base, "openai"))
+        follow(browser, browser.find_element(By.ID, "prompt"))
+        assert browser.find_element(By.ID, "format").text == "openai"
 
 
 HOSTILE_NAMES = ["a/b?c#d%e", "100% & more", "<b>bold</b>", "שלום עולם", "x=1&y=2", "..", "%2F", "tab\there"]

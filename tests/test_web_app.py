@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -280,3 +281,38 @@ def test_a_chart_of_one_turn_shows_both_series(store):
     store.append("one", [Message("a", "user", "hello there", 1), Message("b", "user", "hello there", 1)])
     page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/chart", params={"session": "one"})
     assert page.text.count('class="stored-point"') == 1 and page.text.count('class="point"') == 1
+
+
+@pytest.mark.parametrize("fixture", ["openai_agent.json", "anthropic_agent.json"])
+def test_the_prompt_page_is_what_render_gives(store, fixture):
+    """Message by message, the page shows render()'s prompt, and lists each call it leaves out with the cause."""
+    from prunestore import from_anthropic, from_openai
+    from prunestore.web.prompt import prompt_page
+
+    data = json.loads((Path(__file__).parent / "fixtures" / fixture).read_text())
+    if fixture.startswith("openai"):
+        messages, fmt = from_openai(data), "openai"
+    else:
+        messages, fmt = from_anthropic(data["messages"], data.get("system")), "anthropic"
+    store.append("agent", messages)
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    for placeholders in (False, True):
+        params = {"session": "agent", **({"placeholders": "1"} if placeholders else {})}
+        page = client.get("/prompt", params=params).text  # the session's own format by default
+        rendered = store.render("agent", fmt, dropped="placeholder" if placeholders else "omit")
+        assert page.count('class="msg wire"') == len(rendered.messages) + (fmt == "anthropic" and bool(rendered.system))
+        laid_out = prompt_page(store.messages("agent"), fmt, placeholders)
+        assert laid_out.report == rendered.report
+        assert (page.count('class="left-out"'), page.count('data-kind="placeholder"')) == (
+            rendered.report.calls_removed,
+            rendered.report.placeholders,
+        )
+        assert len(laid_out.left_out) == rendered.report.calls_removed
+        for left in laid_out.left_out:
+            assert f'data-call="{left.call_id}"' in page
+    assert rendered.report.calls_removed == 0 and rendered.report.placeholders > 0  # the fixtures prune results
+    other = "anthropic" if fmt == "openai" else "openai"
+    assert client.get("/prompt", params={"session": "agent", "format": other}).status_code == 200
+    assert client.get("/prompt", params={"session": "agent", "format": "xml"}).status_code == 400
+    text = client.get("/prompt", params={"session": "agent", "format": "text"}).text
+    assert 'id="prompt-text"' in text

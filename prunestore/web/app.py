@@ -7,7 +7,9 @@
 - ``/message?session=&id=``: why one message has its verdict, with links
   (`PruneStore.entry`);
 - ``/chart?session=``: the prompt's tokens per turn before and after pruning
-  (`PruneStore.history`), with the budget and the removal events.
+  (`PruneStore.history`), with the budget and the removal events;
+- ``/prompt?session=&format=&placeholders=1``: the prompt as sent, exactly
+  what `PruneStore.render` gives, with the calls it leaves out and why.
 
 Names and ids travel as query parameters, so ``/``, ``?``, ``#`` and ``%``
 in them are ordinary characters. Only GET exists. Text is escaped by the
@@ -38,9 +40,11 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from .. import db
 from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
+from ..formats import FORMATS
 from ..model import LIVE_VERDICTS
 from ..store import PruneStore
 from .chart import tokens_chart
+from .prompt import format_of, prompt_page
 
 __all__ = ["create_app", "LOOPBACK_HOSTS", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
 
@@ -189,6 +193,16 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         (stored,) = store.messages(name, ids=[message_id])
         return PlainTextResponse(stored.content, headers=_HEADERS)
 
+    def prompt(request: Request) -> Response:
+        name = _text(request, "session")
+        stored = store.messages(name)  # a prompt is the whole session: render reads it all, as a provider send does
+        chosen = request.query_params.get("format") or format_of(stored)
+        if chosen not in FORMATS:
+            raise HTTPException(400, f"format={chosen[:30]!r}: must be one of {', '.join(FORMATS)}")
+        placeholders = request.query_params.get("placeholders") == "1"
+        laid_out = prompt_page(stored, chosen, placeholders)
+        return page(request, "prompt.html", name=name, prompt=laid_out, placeholders=placeholders, formats=FORMATS)
+
     def chart(request: Request) -> Response:
         name = _text(request, "session")
         drawn = tokens_chart(store.history(name), store.policy.budget)
@@ -211,6 +225,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             Route("/message", message, methods=["GET"]),
             Route("/content", content, methods=["GET"]),
             Route("/chart", chart, methods=["GET"]),
+            Route("/prompt", prompt, methods=["GET"]),
         ],
         exception_handlers={HTTPException: failed, PruneStoreError: failed, Exception: failed},
     )
