@@ -340,3 +340,40 @@ def test_hostile_names_and_content_render_escaped_and_stay_usable(tmp_path, brow
         browser.save_screenshot(str(shots / "message-hostile.png"))
         browser.get(f"{base}/chart?{urlencode({'session': name}, quote_via=quote)}")
         assert browser.find_element(By.CSS_SELECTOR, "h1 bdi").text == name
+
+
+LONG_NAME = "session-" + "x" * 181  # 189 characters, no space to break at
+LONG_KEY = "search:" + "k" * 300
+
+
+@pytest.mark.parametrize("width", [420, 1366])
+def test_long_names_and_keys_never_push_a_page_sideways(tmp_path, browser, shots, width):
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    with PruneStore(url) as store:
+        store.append(
+            LONG_NAME,
+            [
+                Message("q", "user", "look it up", 1),
+                Message("r1", "tool_output", "first", 1, tool_key=LONG_KEY),
+                Message("r2", "tool_output", "second", 2, tool_key=LONG_KEY),
+            ],
+        )
+    browser.set_window_size(width, 900)
+    try:
+        with serving(url) as (base, _):
+            name = quote(LONG_NAME)
+            for path in (
+                "/",
+                f"/session?session={name}",
+                f"/message?session={name}&id=r1",
+                f"/chart?session={name}",
+                f"/prompt?session={name}",
+            ):
+                browser.get(base + path)
+                browser.save_screenshot(str(shots / f"long-{width}-{path.split('?')[0].strip('/') or 'sessions'}.png"))
+                scroll, inner = browser.execute_script(
+                    "return [document.documentElement.scrollWidth, window.innerWidth]"
+                )
+                assert scroll <= inner, (path, scroll, inner)
+    finally:
+        browser.set_window_size(1366, 900)
