@@ -263,6 +263,9 @@ class AsyncPruneStore:
     async def explain(self, session: str, message_id: str) -> Explanation:
         return await self._call(PruneStore.explain, session, message_id)
 
+    async def policies(self) -> dict[int, Policy]:
+        return await self._call(PruneStore.policies)
+
     async def stats(self, session: str | None = None) -> Stats:
         return await self._call(PruneStore.stats, session)
 

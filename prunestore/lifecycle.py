@@ -61,8 +61,8 @@ _UPDATE_KEYS_AND_HASH = Statement(
     "WHERE session_id = :sid AND seq = :seq"
 )
 _RECORD_HISTORY = Statement(
-    "UPDATE prunestore_messages SET tokens_after = :tokens, live_tokens_after = :live_tokens, events_after = :events "
-    "WHERE session_id = :sid AND seq = :seq"
+    "UPDATE prunestore_messages SET tokens_after = :tokens, live_tokens_after = :live_tokens, events_after = :events, "
+    "generation_after = :generation WHERE session_id = :sid AND seq = :seq"
 )
 _SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 _VERDICTS_FROM = Statement(
@@ -127,7 +127,13 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         totals=Totals.of((s.tokens, s.verdict) for s in expected.states),
     )
     if stored:  # the history's last point is the state now
-        history = {"sid": row.session_id, "seq": stored[-1].seq, "events": row.prompt.events, **row.totals._asdict()}
+        history = {
+            "sid": row.session_id,
+            "seq": stored[-1].seq,
+            "events": row.prompt.events,
+            "generation": row.generation,
+            **row.totals._asdict(),
+        }
         driver.run(_RECORD_HISTORY, history)
 
 

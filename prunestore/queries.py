@@ -71,7 +71,7 @@ _WINDOW = {  # by backend, then whether the texts are clipped
 }
 # The rows each append's last message carries, read from their partial index alone.
 _HISTORY = Statement(
-    "SELECT seq, turn, tokens_after, live_tokens_after, events_after FROM prunestore_messages "
+    "SELECT seq, turn, tokens_after, live_tokens_after, events_after, generation_after FROM prunestore_messages "
     "WHERE session_id = :sid AND live_tokens_after IS NOT NULL ORDER BY seq"
 )
 _SUMMARY = Statement(f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")

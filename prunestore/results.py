@@ -241,3 +241,4 @@ class HistoryPoint:
     tokens: int
     live_tokens: int
     events: int
+    generation: int = 0  # of the store's settings the append was written under (`PruneStore.policies`)

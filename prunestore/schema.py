@@ -97,6 +97,7 @@ MESSAGES = sa.Table(
     sa.Column("tokens_after", sa.BigInteger),
     sa.Column("live_tokens_after", sa.BigInteger),
     sa.Column("events_after", sa.BigInteger),
+    sa.Column("generation_after", sa.BigInteger),  # the settings' generation the append was written under
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),
@@ -109,7 +110,7 @@ MESSAGES = sa.Table(
     # The history rows alone, covering what a chart of the prompt's size reads.
     _partial_index(
         "prunestore_messages_appends",
-        ["session_id", "seq", "turn", "tokens_after", "live_tokens_after", "events_after"],
+        ["session_id", "seq", "turn", "tokens_after", "live_tokens_after", "events_after", "generation_after"],
         "live_tokens_after IS NOT NULL",
     ),
 )

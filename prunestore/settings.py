@@ -57,10 +57,19 @@ def write_settings(driver: Driver, settings: Settings, *, overwrite: bool = True
 
     Without `overwrite`, only the rows not recorded yet (two stores opened at once record one policy).
     """
-    values = {"policy": settings.policy.to_json(), "generation": str(settings.generation)}
+    policy = settings.policy.to_json()
+    values = {"policy": policy, "generation": str(settings.generation), f"policy.{settings.generation}": policy}
     if settings.tokenizer is not None:
         values["tokenizer"] = settings.tokenizer
     driver.run_many(_PUT if overwrite else _PUT_NEW, [{"name": name, "value": value} for name, value in values.items()])
+
+
+_POLICIES = Statement("SELECT name, value FROM prunestore_settings WHERE name LIKE 'policy.%'")
+
+
+def recorded_policies(driver: Driver) -> dict[int, Policy]:
+    """The policy of each generation of the settings that recorded one (from revision 0010 on)."""
+    return {int(name.split(".", 1)[1]): Policy.from_json(value) for name, value in driver.all(_POLICIES, {})}
 
 
 def tokenizer_name(tokenizer: Callable[[str], int]) -> str:

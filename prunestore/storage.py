@@ -78,7 +78,7 @@ TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
-    "tokens_after, live_tokens_after, events_after"
+    "tokens_after, live_tokens_after, events_after, generation_after"
 )
 
 
@@ -526,7 +526,11 @@ class SessionRows:
         return [_state(row) for row in rows]
 
     def message_row(
-        self, state: MsgState, held: bool, journal: str | None = None, history: tuple[int, int, int] | None = None
+        self,
+        state: MsgState,
+        held: bool,
+        journal: str | None = None,
+        history: tuple[int, int, int, int] | None = None,
     ) -> tuple:
         """The values of `INSERT_MESSAGE`, in its column order; `history` goes on an append's last message."""
         m = state.message
@@ -553,7 +557,7 @@ class SessionRows:
             state.verdict,
             int(held),
             journal,
-            *(history or (None, None, None)),
+            *(history or (None, None, None, None)),
         )
 
     def write_back(
@@ -587,7 +591,7 @@ class SessionRows:
         held = (prompt or PromptCounters()).held_below
         if new:
             row, last = self.message_row, len(new) - 1
-            history = (*totals, (prompt or PromptCounters()).events)
+            history = (*totals, (prompt or PromptCounters()).events, self.session.generation)
             run_many(
                 INSERT_MESSAGE,
                 [

@@ -52,7 +52,15 @@ from .results import (
     VerifyReport,
     Window,
 )
-from .settings import DEFAULT_TOKENIZER, Settings, load_tokenizer, read_settings, tokenizer_name, write_settings
+from .settings import (
+    DEFAULT_TOKENIZER,
+    Settings,
+    load_tokenizer,
+    read_settings,
+    recorded_policies,
+    tokenizer_name,
+    write_settings,
+)
 from .storage import (
     ALL_MESSAGES,
     MESSAGES_BY_ID,
@@ -599,6 +607,13 @@ class PruneStore:
             row = self._session(driver, session)
             self._refreshed(driver, row)  # a chart of it draws the store's budget
             return queries.history(driver, row.session_id)
+
+    def policies(self) -> dict[int, Policy]:
+        """The store's policy by settings generation (`HistoryPoint.generation`): each one it has had, as far
+        as recorded, and the current one."""
+        with db.transaction(self.engine, "read the store's policies") as driver:
+            current = self._refreshed(driver)
+            return {**recorded_policies(driver), self._settings.generation: current}
 
     def stats(self, session: str | None = None) -> Stats:
         """Messages and tokens, total and live, per verdict, of one session or of all."""

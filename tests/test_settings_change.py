@@ -193,3 +193,29 @@ def test_a_serve_process_started_before_a_change_shows_it(sync_store, store_url)
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(rebinding, timeout=10)
         assert refused.value.code == 400
+
+
+def test_the_chart_draws_each_budget_where_it_applied_and_marks_the_change(sync_store):
+    import re
+
+    store = sync_store()
+    _turns(store, "s", 1, 30)
+    store.rebuild(policy=Policy(budget=2000, clear_at_least=500))
+    _turns(store, "s", 31, 30)
+    store.rebuild(policy=BUDGET)
+    _turns(store, "s", 61, 10)
+    history = store.history("s")
+    generations = [p.generation for p in history]
+    assert generations == sorted(generations) and len(set(generations)) == 3
+    assert store.policies()[generations[-1]] == BUDGET and store.policies()[generations[0]] == Policy()
+    page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/chart", params={"session": "s"}).text
+    drawn = re.findall(
+        r'<line class="budget"(?: id="budget")? x1="([\d.]+)" x2="([\d.]+)" .*? data-budget="(\d+)"', page
+    )
+    assert [int(b) for _, _, b in drawn] == [2000, 500]  # none before the first change: there was no budget
+    changes = re.findall(r'<line class="policy-change" .*? data-turn="(\d+)"><title>turn \d+: ([^<]+)</title>', page)
+    assert [int(turn) for turn, _ in changes] == [30, 60]  # each rebuild recorded the last point of its turn
+    assert "no budget → a budget of 2,000" in changes[0][1] and "2,000 → a budget of 500" in changes[1][1]
+    events = [int(t) for t in re.findall(r'<line class="event" [^>]*data-turn="(\d+)"', page)]
+    assert 30 not in events and 60 not in events  # what a rebuild counted afresh is not drawn as removal events
+    assert float(drawn[0][1]) == float(drawn[1][0])  # the second budget starts where the first ends

@@ -377,3 +377,27 @@ def test_long_names_and_keys_never_push_a_page_sideways(tmp_path, browser, shots
                 assert scroll <= inner, (path, scroll, inner)
     finally:
         browser.set_window_size(1366, 900)
+
+
+def test_the_chart_after_a_policy_change(tmp_path, browser, shots):
+    """Grown without a budget, then put under one: the budget is drawn from the change on, and the change marked."""
+    url = f"sqlite:///{tmp_path / 'changed.db'}"
+    with PruneStore(url) as store:
+        turns = list(generate("agent", 120).by_turn())
+        for messages in turns[:80]:
+            store.append("agent", messages)
+        store.rebuild(policy=Policy(budget=6000, clear_at_least=3000))
+        for messages in turns[80:]:
+            store.append("agent", messages)
+        changed_at = next(b.turn for a, b in pairwise(store.history("agent")) if b.generation != a.generation)
+    with serving(url) as (base, _):
+        browser.get(f"{base}/chart?session=agent")
+        browser.save_screenshot(str(shots / "chart-policy-change.png"))
+        budgets = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart line.budget")
+        changes = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart line.policy-change")
+        assert [b.get_attribute("data-budget") for b in budgets] == ["6000"]
+        assert [int(c.get_attribute("data-turn")) for c in changes] == [changed_at]
+        start = float(budgets[0].get_attribute("x1"))
+        assert start == float(changes[0].get_attribute("x1"))  # the budget begins where it was set
+        events = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart line.event")
+        assert all(int(e.get_attribute("data-turn")) > changed_at for e in events)

@@ -205,7 +205,9 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
 
     def chart(request: Request) -> Response:
         name = _text(request, "session")
-        drawn = tokens_chart(store.history(name), store.policy.budget)
+        history = store.history(name)
+        budgets = {generation: policy.budget for generation, policy in store.policies().items()}
+        drawn = tokens_chart(history, store.policy.budget, budgets)
         return page(request, "chart.html", name=name, chart=drawn, budget=store.policy.budget)
 
     def failed(request: Request, exc: Exception) -> Response:

@@ -7,6 +7,7 @@ turn stored inside a larger append (an import) has no point of its own.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -37,7 +38,9 @@ class Chart:
     after_xy: tuple[tuple[float, float], ...]
     before_xy: tuple[float, ...]  # the y of each turn's stored tokens (x as in `after_xy`): a lone turn draws no line
     events: tuple[tuple[float, int, int], ...]  # (x, turn, events that turn) where removal events happened
-    budget_y: float | None
+    budget_y: float | None  # the budget now
+    budgets: tuple[tuple[float, float, float, int], ...]  # (x from, x to, y, budget): each budget where it applied
+    changes: tuple[tuple[float, int, str], ...]  # (x, turn, what changed) where the policy changed
     x_ticks: tuple[Tick, ...]
     y_ticks: tuple[Tick, ...]
     plot: tuple[float, float, float, float]  # left, top, right, bottom
@@ -82,11 +85,24 @@ def _nice(top: float) -> float:
     return next(step * scale for step in (1, 1.2, 1.6, 2, 2.4, 3, 4, 5, 6, 8, 10) if step * scale >= top)
 
 
-def tokens_chart(points: list[HistoryPoint], budget: int | None) -> Chart:
+def _shown(budget: int | None) -> str:
+    return "no budget" if budget is None else f"a budget of {budget:,}"
+
+
+def tokens_chart(
+    points: list[HistoryPoint], budget: int | None, budgets: Mapping[int, int | None] | None = None
+) -> Chart:
+    """The chart's geometry; `budgets` gives the budget of each settings generation (points from one the
+    store did not record take `budget`, the one now)."""
     left, top, right, bottom = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
     every_turn = per_turn(points)
     turns = thinned(every_turn, right - left)
-    y_end = _nice(max([p.tokens for p in turns] + [budget or 0, 1]))
+    budget_of = {**(budgets or {})}
+
+    def applied(point: HistoryPoint) -> int | None:
+        return budget_of.get(point.generation, budget)
+
+    y_end = _nice(max([p.tokens for p in turns] + [budget or 0, 1] + [b for b in budget_of.values() if b]))
     first = turns[0].turn if turns else 0
     last = turns[-1].turn if turns else 1
     x_scale, y_scale = (right - left) / max(last - first, 1), (bottom - top) / y_end
@@ -99,12 +115,28 @@ def tokens_chart(points: list[HistoryPoint], budget: int | None) -> Chart:
 
     xs = [x(p.turn) for p in turns]
     after = tuple(zip(xs, [y(p.live_tokens) for p in turns], strict=True))
-    events = []
-    previous = 0
+    events: list[tuple[float, int, int]] = []
+    changes: list[tuple[float, int, str]] = []
+    segments: list[tuple[float, float, float, int]] = []
+    previous: HistoryPoint | None = None
+    start: HistoryPoint | None = None  # where the budget drawn last began
+
+    def close(until: float) -> None:
+        drawn = applied(start) if start is not None else None
+        if start is not None and drawn is not None:
+            segments.append((x(start.turn), until, y(drawn), drawn))
+
     for p in every_turn:
-        if p.events > previous:
-            events.append((x(p.turn), p.turn, p.events - previous))
-        previous = p.events
+        if previous is not None and p.generation != previous.generation:  # a rebuild under new settings:
+            what = f"policy changed: {_shown(applied(previous))} → {_shown(applied(p))}"  # its events are not removals
+            changes.append((x(p.turn), p.turn, what))
+        elif p.events > (previous.events if previous else 0):
+            events.append((x(p.turn), p.turn, p.events - (previous.events if previous else 0)))
+        if start is None or applied(p) != applied(start):
+            close(x(p.turn))
+            start = p
+        previous = p
+    close(float(right))
     step = max(1, (last - first) // 8)
     return Chart(
         width=WIDTH,
@@ -117,6 +149,8 @@ def tokens_chart(points: list[HistoryPoint], budget: int | None) -> Chart:
         before_xy=tuple(y(p.tokens) for p in turns),
         events=tuple(events),
         budget_y=y(budget) if budget is not None else None,
+        budgets=tuple(segments),
+        changes=tuple(changes),
         x_ticks=tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step)),
         y_ticks=tuple(Tick(y(round(y_end * i / 4)), f"{round(y_end * i / 4):,}") for i in range(5)),
         plot=(left, top, right, bottom),
