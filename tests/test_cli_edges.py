@@ -568,3 +568,19 @@ def test_demo_says_when_its_budget_run_went_over_and_refuses_a_negative_budget_f
     assert re.search(r"cost with a prompt cache .*: [0-9.]+k, against [0-9.]+k sending everything", shown.stdout)
     refused = cli("demo", "--sizes", "20", "--budget", "-1", code=2)
     assert refused.stdout == "" and "writing the demo" not in refused.stderr and "--budget" in refused.stderr
+
+
+def test_append_on_a_terminal_says_what_it_reads_and_how_to_end(tmp_path):
+    """A person who types `prunestore append s` at a prompt is told that it waits for lines, and how to end them."""
+    import os
+    import pty
+
+    leader, follower = pty.openpty()
+    command = [sys.executable, "-m", "prunestore", "--db", f"sqlite:///{tmp_path / 's.db'}", "append", "s"]
+    child = subprocess.Popen(command, stdin=follower, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    os.close(follower)
+    os.write(leader, b'{"id": "a", "role": "user", "content": "typed", "turn": 1}\n\x04')  # a line, then Ctrl-D
+    out, err = child.communicate(timeout=60)
+    os.close(leader)
+    assert "Reading JSON Lines" in err and "Ctrl-D" in err
+    assert child.returncode == 0 and "1 message appended" in out
