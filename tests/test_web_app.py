@@ -316,3 +316,24 @@ def test_the_prompt_page_is_what_render_gives(store, fixture):
     assert client.get("/prompt", params={"session": "agent", "format": "xml"}).status_code == 400
     text = client.get("/prompt", params={"session": "agent", "format": "text"}).text
     assert 'id="prompt-text"' in text
+
+
+def test_runs_of_pruned_messages_fold_into_one_line(open_store):
+    from prunestore import Policy
+    from prunestore.web.app import FOLDED_RUN
+
+    store = open_store(Policy(budget=400, clear_at_least=200))
+    for turn in range(1, 40):
+        store.append("b", Message(f"t{turn}", "tool_output", "rows " * 30, turn, tool_key=f"q{turn}"))
+    page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/session", params={"session": "b"}).text
+    runs = re.findall(
+        r'<details class="run"><summary class="muted">(\d+) pruned messages, #(\d+)–#(\d+): ([^<]+)</summary>', page
+    )
+    assert runs and all(int(n) >= FOLDED_RUN for n, _, _, _ in runs)
+    n, first, last, counts = runs[0]
+    assert int(last) - int(first) + 1 == int(n) and counts == f"{n} evicted"
+    assert page.count('class="msg ') == 39  # every message is still on the page, inside its run
+    everything = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get(
+        "/session", params={"session": "b", "show": "all"}
+    )
+    assert '<details class="run" open>' in everything.text

@@ -24,8 +24,10 @@ a database that fails is a 503, each a page with the same headers.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections import Counter
+from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timezone
+from itertools import groupby
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -42,6 +44,7 @@ from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS
 from ..model import LIVE_VERDICTS
+from ..results import Entry
 from ..store import PruneStore
 from .chart import tokens_chart
 from .prompt import format_of, prompt_page
@@ -96,10 +99,30 @@ def _environment() -> jinja2.Environment:
         undefined=jinja2.StrictUndefined,
     )
     env.filters.update(
-        shown=shown, label=label, when=_when, pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False)
+        shown=shown,
+        label=label,
+        when=_when,
+        pretty=lambda value: json.dumps(value, indent=2, ensure_ascii=False),
+        count_by=lambda values: sorted(Counter(values).items(), key=lambda item: -item[1]),
     )
     env.globals.update(url=_url, window_start=_window_start, live_verdicts=LIVE_VERDICTS, row_chars=ROW_CHARS)
     return env
+
+
+FOLDED_RUN = 3  # pruned messages in a row that a window folds into one line
+
+
+def folded_runs(entries: Sequence[Entry], live: Collection[str]) -> list[tuple[bool, list[Entry]]]:
+    """The entries in runs: each run of at least `FOLDED_RUN` pruned ones folded (True), the rest as they come."""
+    runs: list[tuple[bool, list[Entry]]] = []
+    for pruned, group in groupby(entries, key=lambda e: e.message.verdict not in live):
+        items = list(group)
+        folded = pruned and len(items) >= FOLDED_RUN
+        if runs and not folded and not runs[-1][0]:
+            runs[-1][1].extend(items)
+        else:
+            runs.append((folded, items))
+    return runs
 
 
 def _text(request: Request, name: str) -> str:
@@ -172,11 +195,13 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
         window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS)
         summary = window.session
+        runs = folded_runs(window.entries, LIVE_VERDICTS)
         return page(
             request,
             "session.html",
             summary=summary,
             entries=window.entries,
+            runs=runs,
             after=after,
             everything=everything,
             window=WINDOW,
