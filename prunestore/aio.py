@@ -251,8 +251,9 @@ class AsyncPruneStore:
     async def summary(self, session: str) -> SessionSummary:
         return await self._call(PruneStore.summary, session)
 
-    async def window(self, session: str, *, after: int = 0, limit: int = 100, text_chars: int | None = None) -> Window:
-        return await self._call(PruneStore.window, session, after=after, limit=limit, text_chars=text_chars)
+    async def window(self, session: str, *, after: int = 0, limit: int = 100, **options: Any) -> Window:
+        """`PruneStore.window`, with its options (`text_chars`, `verdicts`, `roles`, `contains`, `from_turn`)."""
+        return await self._call(PruneStore.window, session, after=after, limit=limit, **options)
 
     async def entry(self, session: str, message_id: str) -> Entry:
         return await self._call(PruneStore.entry, session, message_id)

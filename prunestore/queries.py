@@ -7,6 +7,7 @@ them is on the append path, so they may read a whole session (`verify` must).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from .audit import compare
 from .catalog import SUMMARY_COLUMNS
@@ -120,16 +121,70 @@ def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy
     return Entry(stored_message(found[:MESSAGE_WIDTH]), _explained(driver, session, row, found, policy, referrers=True))
 
 
+@dataclass(frozen=True)
+class Filter:
+    """Which messages a filtered window shows: by verdict, role, a text their content holds, from a turn on."""
+
+    verdicts: tuple[str, ...] | None = None
+    roles: tuple[str, ...] | None = None
+    contains: str | None = None
+    from_turn: int | None = None
+
+    def statement(self, postgres: bool, clipped: bool) -> Statement:
+        """The window's statement with these conditions: matches in seq order, `:limit` of them after `:after`."""
+        key = (self.verdicts is not None, self.roles is not None, self.contains is not None, self.from_turn is not None)
+        cached = _FILTERED.get((postgres, clipped, key))
+        if cached is None:
+            conditions = [
+                " AND verdict IN :verdicts" if key[0] else "",
+                " AND role IN :roles" if key[1] else "",
+                (" AND strpos(content, :contains) > 0" if postgres else " AND instr(content, :contains) > 0")
+                if key[2]
+                else "",
+                " AND turn >= :from_turn" if key[3] else "",
+            ]
+            columns = message_columns(content=_FIRST_CHARS[postgres]) if clipped else FULL_COLUMNS
+            cached = _FILTERED[(postgres, clipped, key)] = Statement(
+                f"SELECT {columns}, content_hash, {_LENGTH[postgres]} FROM prunestore_messages "
+                f"WHERE session_id = :sid AND seq > :after{''.join(conditions)} ORDER BY seq LIMIT :limit"
+            )
+        return cached
+
+    def params(self) -> dict:
+        values = {
+            "verdicts": self.verdicts,
+            "roles": self.roles,
+            "contains": self.contains,
+            "from_turn": self.from_turn,
+        }
+        return {name: value for name, value in values.items() if value is not None}
+
+
+_FILTERED: dict[tuple, Statement] = {}
+
+
 def window(
-    driver: Driver, session: str, row: SessionRow, after: int, limit: int, policy: Policy, chars: int | None = None
+    driver: Driver,
+    session: str,
+    row: SessionRow,
+    after: int,
+    limit: int,
+    policy: Policy,
+    chars: int | None = None,
+    only: Filter | None = None,
 ) -> Window:
     """The messages after seq `after`, `limit` at most, each with its explanation (without `needed_by`).
 
-    With `chars`, each message's content is read up to that many characters.
+    With `chars`, each message's content is read up to that many characters;
+    with `only`, the window holds the next `limit` messages that match it.
     """
-    params = {"sid": row.session_id, "after": after, "last": after + limit}
-    statement = _WINDOW[driver.postgres][chars is not None]
-    rows = driver.all(statement, params if chars is None else {**params, "chars": chars})
+    params = {"sid": row.session_id, "after": after, "last": after + limit, "limit": limit}
+    if chars is not None:
+        params["chars"] = chars
+    if only is None:
+        rows = driver.all(_WINDOW[driver.postgres][chars is not None], params)
+    else:
+        rows = driver.all(only.statement(driver.postgres, chars is not None), {**params, **only.params()})
     entries = []
     for r in rows:
         message = stored_message(r[:MESSAGE_WIDTH])

@@ -24,6 +24,7 @@ from .appending import (
 from .driver import Driver
 from .errors import (
     DatabaseError,
+    InvalidArgumentError,
     InvalidMessageError,
     InvalidPolicyError,
     PolicyMismatchError,
@@ -37,6 +38,8 @@ from .incremental import MsgState
 from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, recount, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes, read_live, read_view
 from .model import (
+    ROLES,
+    VERDICTS,
     Message,
     Policy,
     StoredMessage,
@@ -575,21 +578,40 @@ class PruneStore:
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             return queries.summary(driver, self._session(driver, session).session_id)
 
-    def window(self, session: str, *, after: int = 0, limit: int = 100, text_chars: int | None = None) -> Window:
+    def window(
+        self,
+        session: str,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        text_chars: int | None = None,
+        verdicts: Iterable[str] | None = None,
+        roles: Iterable[str] | None = None,
+        contains: str | None = None,
+        from_turn: int | None = None,
+    ) -> Window:
         """The messages after seq `after` (at most `limit`), each with why it has its verdict, and the session's counts.
 
         One snapshot; it reads those rows (and a lookup per pruned or restored
         one), so a page of a long session costs what the page holds. With
         `text_chars`, each message holds only the first characters of its
         content (`Entry.content_chars` is the whole length), and only those are read.
+
+        With `verdicts`, `roles`, `contains` (a text the content holds, case
+        as given) or `from_turn`, the window holds the next `limit` messages
+        after seq `after` that match them all; the next page starts after the
+        last one's seq. A filtered page reads the session's rows up to the
+        last match, so a rare match costs up to the session's length.
         """
         catalog.check_whole("after", after, 0)
         catalog.check_whole("limit", limit, 1)
         if text_chars is not None:
             catalog.check_whole("text_chars", text_chars, 0)
+        only = _window_filter(verdicts, roles, contains, from_turn)
         with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
             row = self._session(driver, session)
-            return queries.window(driver, session, row, after, limit, self._refreshed(driver, row), text_chars)
+            policy = self._refreshed(driver, row)
+            return queries.window(driver, session, row, after, limit, policy, text_chars, only)
 
     def entry(self, session: str, message_id: str) -> Entry:
         """One message and why it has its verdict (`explain`), read in one snapshot."""
@@ -632,6 +654,33 @@ class PruneStore:
             policy = self._refreshed(driver)
             rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
             return queries.verify_sessions(driver, rows, policy, self.options.count)
+
+
+def _window_filter(
+    verdicts: Iterable[str] | None, roles: Iterable[str] | None, contains: str | None, from_turn: int | None
+) -> queries.Filter | None:
+    """The filter of a window, once each part is checked; None when nothing filters."""
+    if verdicts is None and roles is None and contains is None and from_turn is None:
+        return None
+    chosen: list[tuple[str, ...] | None] = []
+    for field, values, known in (("verdicts", verdicts, VERDICTS), ("roles", roles, ROLES)):
+        if values is None:
+            chosen.append(None)
+            continue
+        if isinstance(values, str):
+            raise InvalidArgumentError(f"{field}={shorten(values)}: must be a list, not a single string")
+        listed = tuple(dict.fromkeys(values))
+        unknown = [v for v in listed if v not in known]
+        if unknown or not listed:
+            raise InvalidArgumentError(f"{field}={shorten(values)}: each must be one of {', '.join(sorted(known))}")
+        chosen.append(listed)
+    if contains is not None:
+        catalog.check_text("contains", contains, "a text")
+        if not contains:
+            raise InvalidArgumentError("contains='': must not be empty")
+    if from_turn is not None:
+        catalog.check_whole("from_turn", from_turn, 0)
+    return queries.Filter(chosen[0], chosen[1], contains, from_turn)
 
 
 def _recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:

@@ -337,3 +337,45 @@ def test_runs_of_pruned_messages_fold_into_one_line(open_store):
         "/session", params={"session": "b", "show": "all"}
     )
     assert '<details class="run" open>' in everything.text
+
+
+def test_windows_filtered_by_verdict_role_text_and_turn(store):
+    from prunestore import InvalidArgumentError
+
+    for turn in range(1, 61):
+        store.append(
+            "f",
+            [
+                Message(f"u{turn}", "user", f"question {turn} about {'apples' if turn % 3 else 'pears'}", turn),
+                Message(f"t{turn}", "tool_output", f"listing {turn}", turn, tool_key="ls"),
+            ],
+        )
+    every = store.messages("f")
+    pruned = store.window("f", limit=500, verdicts=["superseded", "expired", "duplicate", "evicted"])
+    assert [e.message.id for e in pruned.entries] == [m.id for m in every if m.verdict == "superseded"]
+    users = store.window("f", after=10, limit=7, roles=["user"], contains="pears")
+    expected = [m.id for m in every if m.seq > 10 and m.role == "user" and "pears" in m.content][:7]
+    assert [e.message.id for e in users.entries] == expected
+    assert store.window("f", limit=1, from_turn=40).entries[0].message.id == "u40"
+    for bad in ({"verdicts": "kept"}, {"roles": ["robot"]}, {"contains": ""}, {"from_turn": -1}, {"verdicts": []}):
+        with pytest.raises(InvalidArgumentError):
+            store.window("f", **bad)
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    page = client.get("/session", params={"session": "f", "only": "pruned"}).text
+    assert re.findall(r'data-verdict="(\w+)"', page) == ["superseded"] * 59
+    page = client.get("/session", params={"session": "f", "only": "prompt", "role": "user", "q": "pears"}).text
+    assert re.findall(r'id="m(\d+)"', page) == [str(m.seq) for m in every if m.role == "user" and "pears" in m.content]
+    full = client.get("/session", params={"session": "f", "only": "prompt"}).text  # 61 in the prompt: one page
+    assert 'id="next"' not in full and "61 matching messages after #0" in full
+    found = client.get("/session", params={"session": "f", "goto": "t55"}, follow_redirects=False)
+    seq = next(m.seq for m in every if m.id == "t55")
+    assert found.status_code == 303 and found.headers["location"].endswith(f"after=100#m{seq}")
+    by_turn = client.get("/session", params={"session": "f", "goto": "12"}, follow_redirects=False)
+    assert by_turn.headers["location"].endswith("#m23")  # u12, the first message of turn 12
+    assert (
+        client.get("/session", params={"session": "f", "goto": "#7"}, follow_redirects=False)
+        .headers["location"]
+        .endswith("#m7")
+    )
+    assert client.get("/session", params={"session": "f", "goto": "nothing-like-it"}).status_code == 404
+    assert client.get("/session", params={"session": "f", "only": "everything"}).status_code == 400

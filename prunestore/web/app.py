@@ -28,13 +28,14 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from itertools import groupby
+from typing import Any
 from urllib.parse import quote, urlencode
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,7 +44,7 @@ from .. import db
 from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS
-from ..model import LIVE_VERDICTS
+from ..model import LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry
 from ..store import PruneStore
 from .chart import tokens_chart
@@ -110,6 +111,39 @@ def _environment() -> jinja2.Environment:
 
 
 FOLDED_RUN = 3  # pruned messages in a row that a window folds into one line
+_ONLY = {"prompt": LIVE_VERDICTS, "pruned": tuple(v for v in VERDICTS if v not in LIVE_VERDICTS)}
+
+
+def _filter(chosen: dict[str, str | None]) -> dict[str, Any]:
+    """`PruneStore.window`'s filter from the page's `only`, `role` and `q` parameters."""
+    only: dict[str, Any] = {}
+    if chosen["only"]:
+        if chosen["only"] not in _ONLY:
+            raise HTTPException(400, f"only={chosen['only'][:30]!r}: must be prompt or pruned")
+        only["verdicts"] = _ONLY[chosen["only"]]
+    if chosen["role"]:
+        only["roles"] = (chosen["role"],)
+    if chosen["q"]:
+        only["contains"] = chosen["q"]
+    return only
+
+
+def _found(store: PruneStore, name: str, goto: str) -> str:
+    """The address of the window holding the message `goto` names: its id, ``#seq``, or a turn (a number)."""
+    seq = None
+    try:
+        seq = store.entry(name, goto).message.seq
+    except MessageNotFoundError:
+        if goto.startswith("#") and goto[1:].isdigit() and len(goto) < 20:
+            seq = int(goto[1:])
+        elif goto.isascii() and goto.isdigit() and len(goto) < 20:
+            first = store.window(name, limit=1, from_turn=int(goto)).entries
+            seq = first[0].message.seq if first else None
+    except PruneStoreError:  # not an id at all (too long, NUL): perhaps a turn; otherwise nothing matches
+        pass
+    if seq is None:
+        raise HTTPException(404, f"goto={goto[:60]!r}: no message has this id, and no turn this number")
+    return _url("/session", session=name, after=_window_start(seq)) + f"#m{seq}"
 
 
 def folded_runs(entries: Sequence[Entry], live: Collection[str]) -> list[tuple[bool, list[Entry]]]:
@@ -192,10 +226,16 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
 
     def session(request: Request) -> Response:
         name = _text(request, "session" if "session" in request.query_params else "name")  # name=: older links
+        goto = request.query_params.get("goto", "").strip()
+        if goto:
+            return RedirectResponse(_found(store, name, goto), 303, headers=_HEADERS)
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
-        window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS)
+        chosen = {key: request.query_params.get(key) or None for key in ("only", "role", "q")}
+        only = _filter(chosen)
+        window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS, **only)
         summary = window.session
-        runs = folded_runs(window.entries, LIVE_VERDICTS)
+        runs = folded_runs(window.entries, LIVE_VERDICTS) if not only else [(False, list(window.entries))]
+        more = window.entries[-1].message.seq if only and len(window.entries) == WINDOW else None
         return page(
             request,
             "session.html",
@@ -206,6 +246,10 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             everything=everything,
             window=WINDOW,
             last_window=_window_start(max(summary.messages, 1)),
+            chosen=chosen,
+            filtering=bool(only),
+            more=more,
+            roles=sorted(ROLES),
         )
 
     def message(request: Request) -> Response:
