@@ -57,6 +57,24 @@ SUMMARY_COLUMNS = "name, last_seq, tokens, live_tokens, current_turn, events, cr
 _SUMMARIES = {
     (prefix, idle): _page(SUMMARY_COLUMNS, prefix, idle) for prefix in (False, True) for idle in (False, True)
 }
+# Pages in another order: the largest first (by a column of the summary), ties by name; the next page
+# starts after the last row's (value, name). They sort every session row matching: an operator's page.
+ORDERS = {"messages": "last_seq", "tokens": "tokens", "live_tokens": "live_tokens", "updated_at": "updated_at"}
+_SORTED = {
+    (order, prefix, after): Statement(
+        f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE name > ''"
+        + (_PREFIX if prefix else "")
+        + (f" AND ({column} < :after_value OR ({column} = :after_value AND name > :after))" if after else "")
+        + f" ORDER BY {column} DESC, name LIMIT :limit"
+    )
+    for order, column in ORDERS.items()
+    for prefix in (False, True)
+    for after in (False, True)
+}
+_COUNT = {
+    prefix: Statement("SELECT count(*) FROM prunestore_sessions" + (" WHERE name > ''" + _PREFIX if prefix else ""))
+    for prefix in (False, True)
+}
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
 IDLE_PAGE = _page("name, session_id, last_seq", prefix=False, idle=True)
 # PostgreSQL then locks each session's row by its id (so the statement runs on one
@@ -114,9 +132,18 @@ def list_names(driver: Driver, page: dict) -> list[str]:
     return [name for (name,) in driver.all(_NAMES["prefix" in page, "cutoff" in page], page)]
 
 
-def list_summaries(driver: Driver, page: dict) -> list[SessionSummary]:
-    """A page of sessions with their counts, each read from the session's own row."""
-    return [SessionSummary(*row) for row in driver.all(_SUMMARIES["prefix" in page, "cutoff" in page], page)]
+def list_summaries(driver: Driver, page: dict, order: str = "name") -> list[SessionSummary]:
+    """A page of sessions with their counts, each read from the session's own row, in `order`."""
+    if order == "name":
+        statement = _SUMMARIES["prefix" in page, "cutoff" in page]
+    else:
+        statement = _SORTED[order, "prefix" in page, "after_value" in page]
+    return [SessionSummary(*row) for row in driver.all(statement, page)]
+
+
+def count_sessions(driver: Driver, page: dict) -> int:
+    """How many sessions a page's prefix matches (every session without one)."""
+    return int(driver.scalar(_COUNT["prefix" in page], page) or 0)
 
 
 def remove_idle(driver: Driver, page: dict, dry_run: bool) -> tuple[list[tuple[str, int]], str | None]:

@@ -566,12 +566,35 @@ class PruneStore:
         *,
         idle_for: timedelta | float | None = None,
         limit: int | None = None,
-        after: str | None = None,
+        after: str | SessionSummary | None = None,
+        order: str = "name",
     ) -> list[SessionSummary]:
-        """`sessions`, with each session's counts: read from the session rows alone, at any session length."""
-        page = catalog.page_params(prefix, idle_for, limit, after)
+        """`sessions`, with each session's counts: read from the session rows alone, at any session length.
+
+        `order` is "name", or "messages", "tokens", "live_tokens" or
+        "updated_at" (the largest or latest first, ties by name); in those,
+        the next page starts `after` the last row of the previous one (its
+        `SessionSummary`), and a page sorts every session the prefix matches.
+        """
+        if order != "name" and order not in catalog.ORDERS:
+            known = ", ".join(["name", *catalog.ORDERS])
+            raise InvalidArgumentError(f"order={shorten(order)}: must be one of {known}")
+        if order != "name" and idle_for is not None:
+            raise InvalidArgumentError("idle_for: pages in another order than by name take no idle_for")
+        last = after if isinstance(after, SessionSummary) else None
+        if order != "name" and after is not None and last is None:
+            raise InvalidArgumentError(f"after={shorten(after)}: in order={order!r}, the last SessionSummary of a page")
+        page = catalog.page_params(prefix, idle_for, limit, last.name if last is not None else after)
+        if last is not None and order != "name":
+            page["after_value"] = getattr(last, "messages" if order == "messages" else order)
         with db.transaction(self.engine, "list sessions") as driver:
-            return catalog.list_summaries(driver, page)
+            return catalog.list_summaries(driver, page, order)
+
+    def session_count(self, prefix: str | None = None) -> int:
+        """How many sessions the store holds (whose names start with `prefix`)."""
+        page = catalog.page_params(prefix, None, None, None)
+        with db.transaction(self.engine, "count sessions") as driver:
+            return catalog.count_sessions(driver, page)
 
     def summary(self, session: str) -> SessionSummary:
         """One session's counts, from its row alone."""

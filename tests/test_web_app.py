@@ -379,3 +379,35 @@ def test_windows_filtered_by_verdict_role_text_and_turn(store):
     )
     assert client.get("/session", params={"session": "f", "goto": "nothing-like-it"}).status_code == 404
     assert client.get("/session", params={"session": "f", "only": "everything"}).status_code == 400
+
+
+def test_sessions_sorted_by_size_page_by_page_with_a_total(store):
+    from prunestore import InvalidArgumentError
+    from prunestore.web.app import PAGE_SIZE
+
+    for n in range(PAGE_SIZE + 7):
+        store.append(f"s{n:03}", [Message(f"m{i}", "user", "word " * (n % 9 + 1), 1) for i in range(n % 4 + 1)])
+    by_tokens = store.summaries(order="tokens", limit=10)
+    assert [s.tokens for s in by_tokens] == sorted((s.tokens for s in by_tokens), reverse=True)
+    every = []
+    last = None
+    while True:  # pages in token order, each after the last row of the one before
+        page = store.summaries(order="tokens", limit=10, after=last)
+        every += page
+        if len(page) < 10:
+            break
+        last = page[-1]
+    assert [s.name for s in every] == [s.name for s in sorted(store.summaries(), key=lambda s: (-s.tokens, s.name))]
+    assert store.session_count() == PAGE_SIZE + 7 and store.session_count("s00") == 10
+    with pytest.raises(InvalidArgumentError):
+        store.summaries(order="size")
+    with pytest.raises(InvalidArgumentError):
+        store.summaries(order="tokens", after="s001")
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    first = client.get("/", params={"sort": "tokens"}).text
+    assert f'id="count">{PAGE_SIZE + 7}' in first and 'id="sorted-tokens"' in first
+    names = re.findall(r'<td class="name"><a href="/session\?session=(s\d+)"', first)
+    following = re.search(r'id="next" href="([^"]+)"', first).group(1).replace("&amp;", "&")
+    second = re.findall(r'<td class="name"><a href="/session\?session=(s\d+)"', client.get(following).text)
+    assert names + second == [s.name for s in every]
+    assert client.get("/", params={"sort": "colour"}).status_code == 400

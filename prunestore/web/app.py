@@ -45,7 +45,7 @@ from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS
 from ..model import LIVE_VERDICTS, ROLES, VERDICTS
-from ..results import Entry
+from ..results import Entry, SessionSummary
 from ..store import PruneStore
 from .chart import tokens_chart
 from .prompt import format_of, prompt_page
@@ -111,6 +111,14 @@ def _environment() -> jinja2.Environment:
 
 
 FOLDED_RUN = 3  # pruned messages in a row that a window folds into one line
+# The sessions page's orders: (column heading, the summary field a page goes on from).
+SORTS = {
+    "name": ("Session", "name"),
+    "messages": ("Messages", "messages"),
+    "tokens": ("Tokens", "tokens"),
+    "live_tokens": ("In the prompt", "live_tokens"),
+    "updated_at": ("Last write", "updated_at"),
+}
 _ONLY = {"prompt": LIVE_VERDICTS, "pruned": tuple(v for v in VERDICTS if v not in LIVE_VERDICTS)}
 
 
@@ -220,9 +228,29 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
     def sessions(request: Request) -> Response:
         prefix = request.query_params.get("prefix") or None
         after = request.query_params.get("after") or None
-        rows = store.summaries(prefix, limit=PAGE_SIZE + 1, after=after)  # one more: is there a next page?
-        rows, more = rows[:PAGE_SIZE], rows[PAGE_SIZE - 1].name if len(rows) > PAGE_SIZE else None
-        return page(request, "sessions.html", rows=rows, prefix=prefix or "", after=after, more=more)
+        order = request.query_params.get("sort") or "name"
+        if order not in SORTS:
+            raise HTTPException(400, f"sort={order[:30]!r}: must be one of {', '.join(SORTS)}")
+        last: str | SessionSummary | None = after
+        if order != "name" and after is not None:  # the previous page's last row, by its value and name
+            value = _count(request, "value")
+            last = SessionSummary(after, value, value, value, 0, 0, 0, value)
+        rows = store.summaries(prefix, limit=PAGE_SIZE + 1, after=last, order=order)  # one more: a next page?
+        rows, more = rows[:PAGE_SIZE], rows[PAGE_SIZE - 1] if len(rows) > PAGE_SIZE else None
+        more_value = getattr(more, SORTS[order][1]) if more is not None and order != "name" else None
+        count = store.session_count(prefix)
+        return page(
+            request,
+            "sessions.html",
+            rows=rows,
+            prefix=prefix or "",
+            after=after,
+            more=more,
+            more_value=more_value,
+            order=order,
+            sorts=SORTS,
+            count=count,
+        )
 
     def session(request: Request) -> Response:
         name = _text(request, "session" if "session" in request.query_params else "name")  # name=: older links
