@@ -18,11 +18,12 @@ import pytest
 from selenium.common.exceptions import NoAlertPresentException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.common.keys import Keys
+from selenium.webdriver.support.ui import Select
 from webpages import chromium, follow, navigation, screenshot_dir, serving
 
 from prunestore import Message, Policy, PruneStore
 from prunestore.demo import run_demo
-from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, ROW_CHARS
+from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, ROW_CHARS, WINDOW
 from prunestore.web.chart import per_turn
 from prunestore.workloads import generate
 
@@ -401,3 +402,41 @@ def test_the_chart_after_a_policy_change(tmp_path, browser, shots):
         assert start == float(changes[0].get_attribute("x1"))  # the budget begins where it was set
         events = browser.find_elements(By.CSS_SELECTOR, "#tokens-chart line.event")
         assert all(int(e.get_attribute("data-turn")) > changed_at for e in events)
+
+
+def test_navigation_filters_search_go_to_and_sort(demo, browser, shots):
+    """Through the forms and links, as a person clicks: only pruned, a role and a text, a message by id, a sort."""
+    store, base = demo
+    name = "agent-200"
+    every = store.messages(name)
+    browser.get(session_url(base, name))
+    Select(browser.find_element(By.ID, "only")).select_by_value("pruned")
+    Select(browser.find_element(By.ID, "role")).select_by_value("tool_output")
+    with navigation(browser):
+        browser.find_element(By.ID, "filter").click()
+    browser.save_screenshot(str(shots / "filtered.png"))
+    shown = [r["seq"] for r in browser.execute_script(ROWS)]
+    expected = [m.seq for m in every if m.role == "tool_output" and m.verdict not in ("kept", "restored", "pending")]
+    assert shown == expected[: len(shown)] and shown
+    word = every[-1].content.split()[0]
+    browser.get(session_url(base, name))
+    browser.find_element(By.ID, "q").send_keys(word)
+    with navigation(browser):
+        browser.find_element(By.ID, "q").send_keys(Keys.ENTER)
+    found = [r["seq"] for r in browser.execute_script(ROWS)]
+    assert found == [m.seq for m in every if word in m.content][: PAGE_SIZE * 2] and found
+    target = every[len(every) // 2]
+    browser.get(session_url(base, name))
+    browser.find_element(By.ID, "goto").send_keys(target.id)
+    with navigation(browser):
+        browser.find_element(By.ID, "goto").send_keys(Keys.ENTER)
+    assert browser.current_url.endswith(f"#m{target.seq}")
+    assert browser.find_element(By.ID, f"m{target.seq}").is_displayed()
+    browser.get(base + "/")
+    follow(browser, browser.find_element(By.ID, "sort-tokens"))
+    tokens = [
+        int(t.text.replace(",", ""))
+        for t in browser.find_elements(By.CSS_SELECTOR, "#sessions tr.session td:nth-child(3)")
+    ]
+    assert tokens == sorted(tokens, reverse=True) and len(tokens) == len(store.sessions())
+    assert browser.find_element(By.ID, "count").text.startswith(str(len(store.sessions())))
