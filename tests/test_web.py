@@ -424,7 +424,7 @@ def test_navigation_filters_search_go_to_and_sort(demo, browser, shots):
     with navigation(browser):
         browser.find_element(By.ID, "q").send_keys(Keys.ENTER)
     found = [r["seq"] for r in browser.execute_script(ROWS)]
-    assert found == [m.seq for m in every if word in m.content][: PAGE_SIZE * 2] and found
+    assert found == [m.seq for m in every if word in m.content][:WINDOW] and found
     target = every[len(every) // 2]
     browser.get(session_url(base, name))
     browser.find_element(By.ID, "goto").send_keys(target.id)
