@@ -411,3 +411,29 @@ def test_sessions_sorted_by_size_page_by_page_with_a_total(store):
     second = re.findall(r'<td class="name"><a href="/session\?session=(s\d+)"', client.get(following).text)
     assert names + second == [s.name for s in every]
     assert client.get("/", params={"sort": "colour"}).status_code == 400
+
+
+def test_the_session_page_marks_the_calls_the_prompt_drops(store):
+    from prunestore import from_openai
+    from prunestore.web.prompt import prompt_page
+
+    transcript = json.loads((Path(__file__).parent / "fixtures" / "openai_agent.json").read_text())
+    abandoned = {"role": "assistant", "content": None, "tool_calls": [_call("gone", "ls")]}
+    store.append("agent", from_openai([*transcript, abandoned, {"role": "user", "content": "never mind"}]))
+    left_out = prompt_page(store.messages("agent"), "openai", False).left_out
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    dropped, kept = set(), set()
+    after = 0
+    while True:  # every window, as a person pages through them
+        page = client.get("/session", params={"session": "agent", "after": after}).text
+        dropped |= set(re.findall(r'<div class="call dropped" data-call="([^"]+)"', page))
+        kept |= set(re.findall(r'<div class="call" data-call="([^"]+)"', page))
+        if 'id="next"' not in page:
+            break
+        after += 100
+    assert dropped == {c.call_id for c in left_out} and "gone" in dropped  # the abandoned call, in the last window
+    assert not dropped & kept and kept
+
+
+def _call(call_id: str, name: str) -> dict:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}

@@ -44,11 +44,12 @@ from .. import db
 from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS
+from ..formats.plan import item_of
 from ..model import LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry, SessionSummary
 from ..store import PruneStore
 from .chart import tokens_chart
-from .prompt import format_of, prompt_page
+from .prompt import CallMark, call_marks, format_of, prompt_page
 
 __all__ = ["create_app", "LOOPBACK_HOSTS", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
 
@@ -134,6 +135,17 @@ def _filter(chosen: dict[str, str | None]) -> dict[str, Any]:
     if chosen["q"]:
         only["contains"] = chosen["q"]
     return only
+
+
+def _marks(store: PruneStore, name: str, entries: Sequence[Entry], only: dict) -> dict[int, tuple[CallMark, ...]]:
+    """Which calls of the window's messages the prompt as sent keeps, reading up to a window more for results."""
+    messages = [e.message for e in entries]
+    if not messages or not any(item_of(m).calls for m in messages):
+        return {}
+    end = messages[-1].seq if not only else max(m.seq for m in messages)
+    following = store.window(name, after=end, limit=WINDOW, text_chars=0)
+    at_end = len(following.entries) < WINDOW
+    return call_marks(messages, [e.message for e in following.entries], at_end)
 
 
 def _found(store: PruneStore, name: str, goto: str) -> str:
@@ -263,6 +275,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         window = store.window(name, after=after, limit=WINDOW, text_chars=ROW_CHARS, **only)
         summary = window.session
         runs = folded_runs(window.entries, LIVE_VERDICTS) if not only else [(False, list(window.entries))]
+        marks = _marks(store, name, window.entries, only)
         more = window.entries[-1].message.seq if only and len(window.entries) == WINDOW else None
         return page(
             request,
@@ -278,6 +291,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             filtering=bool(only),
             more=more,
             roles=sorted(ROLES),
+            marks=marks,
         )
 
     def message(request: Request) -> Response:

@@ -18,7 +18,7 @@ from ..formats import render
 from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of
 from ..model import LIVE_VERDICTS, StoredMessage
 
-__all__ = ["Part", "WireMessage", "LeftOut", "PromptPage", "prompt_page", "format_of"]
+__all__ = ["Part", "WireMessage", "LeftOut", "PromptPage", "CallMark", "prompt_page", "format_of", "call_marks"]
 
 _PLACEHOLDER_TEXTS = (*PLACEHOLDERS.values(), ABANDONED)
 
@@ -145,3 +145,52 @@ def prompt_page(stored: Sequence[StoredMessage], format: str, placeholders: bool
                 reason, cause = "abandoned: no result came, and the conversation went on", None
             left_out.append(LeftOut(call.id, f"{call.name}({arguments})", item.message.id, reason, cause))
     return PromptPage(format, tuple(messages), rendered.text, tuple(left_out), rendered.report)
+
+
+@dataclass(frozen=True)
+class CallMark:
+    """A call a message of a window makes, and whether the prompt as sent keeps it (`reason` None) or why not."""
+
+    call_id: str
+    call: str  # name(arguments)
+    reason: str | None
+    cause: str | None  # id of the stored message the reason is about
+
+
+def call_marks(
+    messages: Sequence[StoredMessage], following: Sequence[StoredMessage], at_end: bool
+) -> dict[int, tuple[CallMark, ...]]:
+    """For each message of a window that makes calls (by seq), its calls and which the prompt drops.
+
+    `messages` are the window's, `following` the ones read after it (results
+    mostly follow their call closely), `at_end` whether those reach the
+    session's end. The rule is `render`'s: a call whose result was pruned is
+    dropped; one with no result stored is dropped once a message other than a
+    result follows its message (abandoned). A call with no result among what
+    was read is marked abandoned only when that reaches the session's end
+    (its result could lie further on); otherwise it is shown without a mark.
+    """
+    items = [item_of(m) for m in (*messages, *following)]
+    results: dict[str, StoredMessage] = {}
+    for item in items:
+        if item.role == "tool" and item.call_id is not None:
+            results.setdefault(item.call_id, item.message)
+    callers = {call.id for item in items for call in item.calls}
+    marks: dict[int, tuple[CallMark, ...]] = {}
+    for index, item in enumerate(items[: len(messages)]):
+        if not item.calls:
+            continue
+        moved_on = any(not (i.role == "tool" and i.call_id in callers) for i in items[index + 1 :])
+        shown = []
+        for call in item.calls:
+            arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
+            result = results.get(call.id)
+            reason = cause = None
+            if result is not None:
+                cause = result.id
+                reason = None if result.verdict in LIVE_VERDICTS else f"its result is {result.verdict}"
+            elif moved_on and at_end:
+                reason = "abandoned: no result came, and the conversation went on"
+            shown.append(CallMark(call.id, f"{call.name}({arguments})", reason, cause))
+        marks[item.message.seq] = tuple(shown)
+    return marks
