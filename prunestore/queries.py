@@ -6,6 +6,7 @@ them is on the append path, so they may read a whole session (`verify` must).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -229,6 +230,9 @@ def _explained(
         needed_for = _needed_for(driver, sid, message)
         if referrers:
             needed_by = _referrers(driver, sid, message, needed_for, policy)
+    evicted_at: tuple[int, str] | None = None
+    if message.verdict == EVICTED and referrers:
+        evicted_at = _eviction(driver, sid, message.seq)
     return Explanation(
         session=session,
         message_id=message.id,
@@ -244,7 +248,39 @@ def _explained(
         budget=policy.budget,
         clear_at_least=policy.clear_at_least,
         pending_tokens=row.prompt.pending,
+        evicted_at_turn=evicted_at[0] if evicted_at else None,
+        evicted_by=evicted_at[1] if evicted_at else None,
     )
+
+
+# The appends after a seq that held removal events, latest first: their history rows (a partial index).
+_EVENT_APPENDS = Statement(
+    "SELECT seq, turn, events_after FROM prunestore_messages WHERE session_id = :sid AND seq >= :seq "
+    "AND live_tokens_after IS NOT NULL ORDER BY seq DESC LIMIT :limit"
+)
+_JOURNAL_AT = Statement(
+    "SELECT undo FROM prunestore_messages WHERE session_id = :sid AND seq <= :seq AND undo IS NOT NULL "
+    "ORDER BY seq DESC LIMIT 1"
+)
+_LAST_ID = Statement("SELECT id FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
+MOST_APPENDS_LOOKED_AT = 2000
+
+
+def _eviction(driver: Driver, sid: int, seq: int) -> tuple[int, str] | None:
+    """(turn, last message id) of the append whose removal event last changed message `seq`: the one that
+    evicted it, since it is evicted now. Each append's undo journal lists the messages it changed; only
+    appends that held an event are read, latest first. None where the journal does not reach (a rebuild
+    or fork cleared it, or it is more than `MOST_APPENDS_LOOKED_AT` appends back)."""
+    points = driver.all(_EVENT_APPENDS, {"sid": sid, "seq": seq, "limit": MOST_APPENDS_LOOKED_AT})
+    for (last, turn, events), earlier in zip(points, [*points[1:], None], strict=True):
+        if earlier is not None and events == earlier[2]:
+            continue  # no event in this append
+        entry = driver.scalar(_JOURNAL_AT, {"sid": sid, "seq": last})
+        if entry is None:
+            return None
+        if any(changed[0] == seq for changed in json.loads(entry)[1]):
+            return turn, driver.scalar(_LAST_ID, {"sid": sid, "seq": last})
+    return None
 
 
 def _restored(base: str, verdict: str) -> bool:

@@ -73,6 +73,8 @@ class Explanation:
     budget: int | None = None
     clear_at_least: int = 0
     pending_tokens: int = 0  # the session's, waiting for the next removal event
+    evicted_at_turn: int | None = None  # an evicted message: the turn of the append whose removal event evicted it
+    evicted_by: str | None = None  # ... and that append's last message (None: not recorded, as in a window)
 
     @property
     def live(self) -> bool:
@@ -84,9 +86,14 @@ class Explanation:
         """One line for people."""
         parts = []
         if self.verdict == "evicted":  # first: that it is out of the prompt is the point
+            when = (
+                f"at the removal event of turn {self.evicted_at_turn}"
+                if self.evicted_at_turn is not None
+                else ("at a removal event")
+            )
             parts.append(
-                f"evicted to stay under the budget of {self.budget} tokens: at a removal event the prompt was over "
-                "it, and this was among the oldest messages nothing in the prompt needed"
+                f"evicted to stay under the budget of {self.budget} tokens: {when} the prompt was over it, and this "
+                "was among the oldest messages nothing in the prompt needed"
             )
         if self.base == "kept" and self.verdict != "evicted":
             parts.append("kept: nothing supersedes, expires or duplicates it")

@@ -118,3 +118,21 @@ def test_explain_and_stats_speak_of_the_budget(open_store, policy, data):
         if m.verdict == "pending":
             assert "until the next removal event" in why.reason
             assert why.base in ("superseded", "expired", "duplicate")
+
+
+def test_an_evicted_message_says_which_removal_event_evicted_it(open_store):
+    store = open_store(Policy(budget=300, clear_at_least=100))
+    evicted_at: dict[str, int] = {}
+    was: set[str] = set()
+    for turn in range(1, 40):
+        store.append("e", Message(f"t{turn}", "tool_output", "row " * 25, turn, tool_key=f"q{turn}"))
+        now = {m.id for m in store.messages("e") if m.verdict == "evicted"}
+        evicted_at.update((message_id, turn) for message_id in now - was)
+        was = now
+    assert was
+    for message_id in was:
+        why = store.explain("e", message_id)
+        assert why.evicted_at_turn == evicted_at[message_id] and why.evicted_by == f"t{evicted_at[message_id]}"
+        assert f"at the removal event of turn {evicted_at[message_id]}" in why.reason
+    store.rebuild()  # a rebuild clears the journal: the event is no longer known, and nothing pretends it is
+    assert store.explain("e", next(iter(was))).evicted_at_turn is None

@@ -437,3 +437,18 @@ def test_the_session_page_marks_the_calls_the_prompt_drops(store):
 
 def _call(call_id: str, name: str) -> dict:
     return {"id": call_id, "type": "function", "function": {"name": name, "arguments": "{}"}}
+
+
+def test_an_evicted_message_page_names_its_removal_event(open_store):
+    from prunestore import Policy
+
+    store = open_store(Policy(budget=300, clear_at_least=100))
+    for turn in range(1, 20):
+        store.append("e", Message(f"t{turn}", "tool_output", "row " * 25, turn, tool_key=f"q{turn}"))
+    evicted = next(m for m in store.messages("e") if m.verdict == "evicted")
+    why = store.explain("e", evicted.id)
+    page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get(
+        "/message", params={"session": "e", "id": evicted.id}
+    )
+    assert f"the removal event of turn {why.evicted_at_turn}" in page.text and 'id="evicted-at"' in page.text
+    assert f'href="/message?session=e&amp;id={why.evicted_by}"' in page.text
