@@ -115,7 +115,15 @@ def stored_rows(store, session: str) -> dict:
         # `held` marks prompt messages below the session's cursor, where its last eviction walk stopped: one
         # walk over a batch and a walk per append may stop at different places, both valid (verify checks each).
         # The history columns record each append's end, which is what differs between the two.
-        left_out = ("session_id", "undo", "held", "tokens_after", "live_tokens_after", "events_after")
+        left_out = (
+            "session_id",
+            "undo",
+            "held",
+            "tokens_after",
+            "live_tokens_after",
+            "events_after",
+            "generation_after",
+        )
         columns = [c.name for c in MESSAGES.columns if c.name not in left_out]
 
         def rows(sql: str) -> list[tuple]:
