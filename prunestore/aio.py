@@ -244,16 +244,28 @@ class AsyncPruneStore:
         *,
         idle_for: timedelta | float | None = None,
         limit: int | None = None,
-        after: str | None = None,
+        after: str | SessionSummary | None = None,
+        order: str = "name",
     ) -> list[SessionSummary]:
-        return await self._call(PruneStore.summaries, prefix, idle_for=idle_for, limit=limit, after=after)
+        return await self._call(PruneStore.summaries, prefix, idle_for=idle_for, limit=limit, after=after, order=order)
 
     async def summary(self, session: str) -> SessionSummary:
         return await self._call(PruneStore.summary, session)
 
-    async def window(self, session: str, *, after: int = 0, limit: int = 100, **options: Any) -> Window:
-        """`PruneStore.window`, with its options (`text_chars`, `verdicts`, `roles`, `contains`, `from_turn`)."""
-        return await self._call(PruneStore.window, session, after=after, limit=limit, **options)
+    async def window(
+        self,
+        session: str,
+        *,
+        after: int = 0,
+        limit: int = 100,
+        text_chars: int | None = None,
+        verdicts: Iterable[str] | None = None,
+        roles: Iterable[str] | None = None,
+        contains: str | None = None,
+        from_turn: int | None = None,
+    ) -> Window:
+        filters = {"verdicts": verdicts, "roles": roles, "contains": contains, "from_turn": from_turn}
+        return await self._call(PruneStore.window, session, after=after, limit=limit, text_chars=text_chars, **filters)
 
     async def entry(self, session: str, message_id: str) -> Entry:
         return await self._call(PruneStore.entry, session, message_id)
@@ -263,6 +275,9 @@ class AsyncPruneStore:
 
     async def explain(self, session: str, message_id: str) -> Explanation:
         return await self._call(PruneStore.explain, session, message_id)
+
+    async def session_count(self, prefix: str | None = None) -> int:
+        return await self._call(PruneStore.session_count, prefix)
 
     async def policies(self) -> dict[int, Policy]:
         return await self._call(PruneStore.policies)

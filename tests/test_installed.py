@@ -84,7 +84,7 @@ def test_examples_and_integrations_run_on_the_installed_wheel(installed, tmp_pat
     copy = tmp_path / "outside"
     shutil.copytree(ROOT / "tests", copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copytree(ROOT / "examples", copy / "examples", ignore=shutil.ignore_patterns("__pycache__", "*.db*"))
-    for name in ("README.md", ".ci", "docs"):
+    for name in ("README.md", "CHANGELOG.md", ".ci", "docs"):  # the docs and the files they link to
         (shutil.copytree if (ROOT / name).is_dir() else shutil.copy)(ROOT / name, copy / name)
     env = {**os.environ, INSTALLED_ENV: str(installed.parent.parent)}
     env.pop("PRUNESTORE_URL", None)
