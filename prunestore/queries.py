@@ -6,7 +6,6 @@ them is on the append path, so they may read a whole session (`verify` must).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -43,11 +42,11 @@ from .results import (
     Window,
 )
 from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, message_columns, split_keys, stored_message
+from .undo import changed_by_append
 
 __all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
-# Seqs run from 1 without gaps, so a window is a range of the primary key.
 # The length of the text as given, and the text's first characters (twice as many: an escaped text may be
 # longer). PostgreSQL: each escape of a NUL-escaped text (`storage.encode_content`) is one character.
 # SQLite: length() and substr() stop at a NUL, so a text holding one is read whole and measured here (-1).
@@ -59,17 +58,6 @@ _LENGTH = {
 _FIRST_CHARS = {
     True: "substr(content, 1, 2 * :chars)",
     False: "CASE WHEN instr(CAST(content AS BLOB), x'00') > 0 THEN content ELSE substr(content, 1, :chars) END",
-}
-_WINDOW_ROWS = " FROM prunestore_messages WHERE session_id = :sid AND seq > :after AND seq <= :last ORDER BY seq"
-_WINDOW = {  # by backend, then whether the texts are clipped
-    postgres: {
-        clipped: Statement(
-            f"SELECT {message_columns(content=_FIRST_CHARS[postgres]) if clipped else FULL_COLUMNS}, "
-            f"content_hash, {_LENGTH[postgres]}{_WINDOW_ROWS}"
-        )
-        for clipped in (False, True)
-    }
-    for postgres in (False, True)
 }
 # The rows each append's last message carries, read from their partial index alone.
 _HISTORY = Statement(
@@ -124,7 +112,7 @@ def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy
 
 @dataclass(frozen=True)
 class Filter:
-    """Which messages a filtered window shows: by verdict, role, a text their content holds, from a turn on."""
+    """Which messages a window shows: by verdict, role, a text their content holds, from a turn on (or all)."""
 
     verdicts: tuple[str, ...] | None = None
     roles: tuple[str, ...] | None = None
@@ -132,11 +120,15 @@ class Filter:
     from_turn: int | None = None
 
     def statement(self, postgres: bool, clipped: bool) -> Statement:
-        """The window's statement with these conditions: matches in seq order, `:limit` of them after `:after`."""
+        """The window's statement with these conditions: matches in seq order, `:limit` of them after `:after`.
+
+        Without any, the window is a range of the primary key (`:last`): seqs run from 1 without gaps.
+        """
         key = (self.verdicts is not None, self.roles is not None, self.contains is not None, self.from_turn is not None)
-        cached = _FILTERED.get((postgres, clipped, key))
+        cached = _WINDOWS.get((postgres, clipped, key))
         if cached is None:
             conditions = [
+                " AND seq <= :last" if not any(key) else "",
                 " AND verdict IN :verdicts" if key[0] else "",
                 " AND role IN :roles" if key[1] else "",
                 (" AND strpos(content, :contains) > 0" if postgres else " AND instr(content, :contains) > 0")
@@ -145,7 +137,7 @@ class Filter:
                 " AND turn >= :from_turn" if key[3] else "",
             ]
             columns = message_columns(content=_FIRST_CHARS[postgres]) if clipped else FULL_COLUMNS
-            cached = _FILTERED[(postgres, clipped, key)] = Statement(
+            cached = _WINDOWS[(postgres, clipped, key)] = Statement(
                 f"SELECT {columns}, content_hash, {_LENGTH[postgres]} FROM prunestore_messages "
                 f"WHERE session_id = :sid AND seq > :after{''.join(conditions)} ORDER BY seq LIMIT :limit"
             )
@@ -161,7 +153,7 @@ class Filter:
         return {name: value for name, value in values.items() if value is not None}
 
 
-_FILTERED: dict[tuple, Statement] = {}
+_WINDOWS: dict[tuple, Statement] = {}  # by backend, clipped texts, and which conditions
 
 
 def window(
@@ -182,10 +174,8 @@ def window(
     params = {"sid": row.session_id, "after": after, "last": after + limit, "limit": limit}
     if chars is not None:
         params["chars"] = chars
-    if only is None:
-        rows = driver.all(_WINDOW[driver.postgres][chars is not None], params)
-    else:
-        rows = driver.all(only.statement(driver.postgres, chars is not None), {**params, **only.params()})
+    only = only or Filter()
+    rows = driver.all(only.statement(driver.postgres, chars is not None), {**params, **only.params()})
     entries = []
     for r in rows:
         message = stored_message(r[:MESSAGE_WIDTH])
@@ -258,10 +248,6 @@ _EVENT_APPENDS = Statement(
     "SELECT seq, turn, events_after FROM prunestore_messages WHERE session_id = :sid AND seq >= :seq "
     "AND live_tokens_after IS NOT NULL ORDER BY seq DESC LIMIT :limit"
 )
-_JOURNAL_AT = Statement(
-    "SELECT undo FROM prunestore_messages WHERE session_id = :sid AND seq <= :seq AND undo IS NOT NULL "
-    "ORDER BY seq DESC LIMIT 1"
-)
 _LAST_ID = Statement("SELECT id FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 MOST_APPENDS_LOOKED_AT = 2000
 
@@ -275,10 +261,10 @@ def _eviction(driver: Driver, sid: int, seq: int) -> tuple[int, str] | None:
     for (last, turn, events), earlier in zip(points, [*points[1:], None], strict=True):
         if earlier is not None and events == earlier[2]:
             continue  # no event in this append
-        entry = driver.scalar(_JOURNAL_AT, {"sid": sid, "seq": last})
-        if entry is None:
+        changed = changed_by_append(driver, sid, last)
+        if changed is None:
             return None
-        if any(changed[0] == seq for changed in json.loads(entry)[1]):
+        if seq in changed:
             return turn, driver.scalar(_LAST_ID, {"sid": sid, "seq": last})
     return None
 

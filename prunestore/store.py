@@ -213,11 +213,11 @@ class PruneStore:
                     f"{current.tokenizer!r}; open it with tokenizer=None to use that one"
                 )
             raise _Restart
-        if row.generation not in (UNSETTLED, current.generation):  # computed under other settings: recompute
+        stale = row.generation not in (UNSETTLED, current.generation)
+        row.generation = current.generation  # written with the session row, by this write
+        if stale:  # computed under other settings: recompute it first
             recount(driver, row.session_id, self.options.count)
-            row.generation = current.generation
             rebuild_session(driver, row, current.policy)
-        row.generation = current.generation
         return current.policy
 
     # -- lifecycle ----------------------------------------------------------
@@ -583,10 +583,12 @@ class PruneStore:
             raise InvalidArgumentError("idle_for: pages in another order than by name take no idle_for")
         last = after if isinstance(after, SessionSummary) else None
         if order != "name" and after is not None and last is None:
-            raise InvalidArgumentError(f"after={shorten(after)}: in order={order!r}, the last SessionSummary of a page")
+            raise InvalidArgumentError(
+                f"after={shorten(after)}: with order={order!r}, pass the previous page's last SessionSummary"
+            )
         page = catalog.page_params(prefix, idle_for, limit, last.name if last is not None else after)
         if last is not None and order != "name":
-            page["after_value"] = getattr(last, "messages" if order == "messages" else order)
+            page["after_value"] = getattr(last, order)  # the orders are named as the summary's fields
         with db.transaction(self.engine, "list sessions") as driver:
             return catalog.list_summaries(driver, page, order)
 

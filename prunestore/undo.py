@@ -22,7 +22,15 @@ from .model import LIVE_VERDICTS
 from .prompt import PromptCounters
 from .storage import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
-__all__ = ["journal_entry", "Undo", "last_append_at_or_before", "read_undo", "apply_undo", "CLEAR_JOURNAL"]
+__all__ = [
+    "journal_entry",
+    "Undo",
+    "last_append_at_or_before",
+    "changed_by_append",
+    "read_undo",
+    "apply_undo",
+    "CLEAR_JOURNAL",
+]
 
 # Walks back along the primary key from `seq` to the first message of its append.
 _LAST_APPEND = Statement(
@@ -79,6 +87,13 @@ def last_append_at_or_before(driver: Driver, sid: int, seq: int) -> tuple[int, i
     """(since, turn before) of the journaled append that wrote `seq`, or None when it is not journaled."""
     row = driver.first(_LAST_APPEND, {"sid": sid, "seq": seq})
     return (row[0], json.loads(row[1])[0]) if row else None
+
+
+def changed_by_append(driver: Driver, sid: int, last_seq: int) -> set[int] | None:
+    """The seqs of the stored messages that the append ending at `last_seq` changed, from its journal entry;
+    None where that append is not journaled."""
+    row = driver.first(_LAST_APPEND, {"sid": sid, "seq": last_seq})
+    return {seq for seq, *_ in json.loads(row[1])[1]} if row else None
 
 
 def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:

@@ -64,6 +64,12 @@ class Call:
     name: str
     arguments: Any  # OpenAI: the arguments string; Anthropic: the input object
 
+    @property
+    def shown(self) -> str:
+        """``name(arguments)``, the arguments as given or as JSON."""
+        arguments = self.arguments if isinstance(self.arguments, str) else json.dumps(self.arguments)
+        return f"{self.name}({arguments})"
+
 
 @dataclass
 class Item:
@@ -220,8 +226,7 @@ def to_text(plan: list[tuple[Item, list[Item]]]) -> str:
             if text:
                 lines.append(f"assistant: {text}")
             for call in kept_calls(item, answered):
-                arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
-                lines.append(f"assistant called {call.name}({arguments})")
+                lines.append(f"assistant called {call.shown}")
             for result in answered:
                 lines.append(f"tool result: {result_text(result)}")
         elif item.role == "system":

@@ -112,13 +112,13 @@ def _environment() -> jinja2.Environment:
 
 
 FOLDED_RUN = 3  # pruned messages in a row that a window folds into one line
-# The sessions page's orders: (column heading, the summary field a page goes on from).
+# The sessions page's orders (`PruneStore.summaries`), each with its column's heading.
 SORTS = {
-    "name": ("Session", "name"),
-    "messages": ("Messages", "messages"),
-    "tokens": ("Tokens", "tokens"),
-    "live_tokens": ("In the prompt", "live_tokens"),
-    "updated_at": ("Last write", "updated_at"),
+    "name": "Session",
+    "messages": "Messages",
+    "tokens": "Tokens",
+    "live_tokens": "In the prompt",
+    "updated_at": "Last write",
 }
 _ONLY = {"prompt": LIVE_VERDICTS, "pruned": tuple(v for v in VERDICTS if v not in LIVE_VERDICTS)}
 
@@ -138,12 +138,14 @@ def _filter(chosen: dict[str, str | None]) -> dict[str, Any]:
 
 
 def _marks(store: PruneStore, name: str, entries: Sequence[Entry], only: dict) -> dict[int, tuple[CallMark, ...]]:
-    """Which calls of the window's messages the prompt as sent keeps, reading up to a window more for results."""
+    """Which calls of the window's messages the prompt as sent keeps, reading up to a window more for results.
+
+    None on a filtered page: its messages are not consecutive, so the results between them were not read.
+    """
     messages = [e.message for e in entries]
-    if not messages or not any(item_of(m).calls for m in messages):
+    if only or not messages or not any(item_of(m).calls for m in messages):
         return {}
-    end = messages[-1].seq if not only else max(m.seq for m in messages)
-    following = store.window(name, after=end, limit=WINDOW, text_chars=0)
+    following = store.window(name, after=messages[-1].seq, limit=WINDOW, text_chars=0)
     at_end = len(following.entries) < WINDOW
     return call_marks(messages, [e.message for e in following.entries], at_end)
 
@@ -244,12 +246,12 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         if order not in SORTS:
             raise HTTPException(400, f"sort={order[:30]!r}: must be one of {', '.join(SORTS)}")
         last: str | SessionSummary | None = after
-        if order != "name" and after is not None:  # the previous page's last row, by its value and name
-            value = _count(request, "value")
-            last = SessionSummary(after, value, value, value, 0, 0, 0, value)
+        if order != "name" and after is not None:  # the previous page's last row, as its link names it
+            counts = dict.fromkeys(("messages", "tokens", "live_tokens", "current_turn", "events", "created_at"), 0)
+            last = SessionSummary(after, **{**counts, "updated_at": 0, order: _count(request, "value")})
         rows = store.summaries(prefix, limit=PAGE_SIZE + 1, after=last, order=order)  # one more: a next page?
         rows, more = rows[:PAGE_SIZE], rows[PAGE_SIZE - 1] if len(rows) > PAGE_SIZE else None
-        more_value = getattr(more, SORTS[order][1]) if more is not None and order != "name" else None
+        more_value = getattr(more, order) if more is not None and order != "name" else None
         count = store.session_count(prefix)
         return page(
             request,

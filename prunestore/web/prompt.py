@@ -135,7 +135,6 @@ def prompt_page(stored: Sequence[StoredMessage], format: str, placeholders: bool
         for call in item.calls:
             if format == "text" or call.id in sent:
                 continue
-            arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
             if item.message.verdict not in LIVE_VERDICTS and not any(c.id in sent for c in item.calls):
                 continue  # its whole message is out of the prompt (the session page says why), not just the call
             result = results.get(call.id)
@@ -143,7 +142,7 @@ def prompt_page(stored: Sequence[StoredMessage], format: str, placeholders: bool
                 reason, cause = f"its result is {result.verdict}", result.id
             else:
                 reason, cause = "abandoned: no result came, and the conversation went on", None
-            left_out.append(LeftOut(call.id, f"{call.name}({arguments})", item.message.id, reason, cause))
+            left_out.append(LeftOut(call.id, call.shown, item.message.id, reason, cause))
     return PromptPage(format, tuple(messages), rendered.text, tuple(left_out), rendered.report)
 
 
@@ -183,7 +182,6 @@ def call_marks(
         moved_on = any(not (i.role == "tool" and i.call_id in callers) for i in items[index + 1 :])
         shown = []
         for call in item.calls:
-            arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments)
             result = results.get(call.id)
             reason = cause = None
             if result is not None:
@@ -191,6 +189,6 @@ def call_marks(
                 reason = None if result.verdict in LIVE_VERDICTS else f"its result is {result.verdict}"
             elif moved_on and at_end:
                 reason = "abandoned: no result came, and the conversation went on"
-            shown.append(CallMark(call.id, f"{call.name}({arguments})", reason, cause))
+            shown.append(CallMark(call.id, call.shown, reason, cause))
         marks[item.message.seq] = tuple(shown)
     return marks
