@@ -26,7 +26,8 @@ import time
 import uuid
 from pathlib import Path
 
-from prunestore import Message, Policy, PruneStore, db
+from prunestore import Message, Policy, PruneStore
+from prunestore.sql import db
 
 
 class AgentTraffic:

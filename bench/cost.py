@@ -1,10 +1,10 @@
 """What sending the prompt every turn costs when the provider caches prompt prefixes, per strategy.
 
-Each workload (`prunestore.workloads`: the tool agent and the chat) is played
+Each workload (`prunestore.showcase.workloads`: the tool agent and the chat) is played
 turn by turn. After each turn every strategy gives the prompt it would send;
 the turn's cost under the price model below is summed over the conversation.
 
-Price model (`prunestore.costs`), per input token: read from the cache 0.1,
+Price model (`prunestore.showcase.costs`), per input token: read from the cache 0.1,
 written to the cache 1.25, fresh (no cache at all) 1.0. A turn's cached part
 is the longest common prefix of its prompt with the previous turn's prompt;
 the rest is written to the cache (the prompt is cached up to its end every
@@ -47,11 +47,11 @@ from datetime import date
 from pathlib import Path
 
 from prunestore import Message, Policy, PruneStore
-from prunestore.costs import prompt_costs
 from prunestore.formats import render
 from prunestore.model import StoredMessage, effective_defines, effective_refs
+from prunestore.showcase.costs import prompt_costs
+from prunestore.showcase.workloads import generate
 from prunestore.text import count_tokens
-from prunestore.workloads import generate
 
 KEEP_TOOL_RESULTS = 3
 PLACEHOLDER = "[Old tool result content cleared]"

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 from prunestore.jsonl import to_json
-from prunestore.workloads import generate
+from prunestore.showcase.workloads import generate
 
 
 def write_file(path: Path, messages: int, sessions: int) -> int:

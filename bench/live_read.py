@@ -31,7 +31,8 @@ import time
 import uuid
 from pathlib import Path
 
-from prunestore import Message, PruneStore, db
+from prunestore import Message, PruneStore
+from prunestore.sql import db
 
 
 def build(store: PruneStore, name: str = "big") -> None:

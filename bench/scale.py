@@ -42,7 +42,7 @@ from sessions import appends_while, empty_database, percentile
 
 from prunestore import Message, PruneStore
 from prunestore.jsonl import to_json
-from prunestore.workloads import generate
+from prunestore.showcase.workloads import generate
 
 PROBES = [f"probe-{i}" for i in range(50)]
 TEMPLATES = 40  # distinct generated sessions; loaded sessions reuse them under their own names

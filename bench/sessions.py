@@ -34,7 +34,8 @@ from urllib.parse import quote
 
 import sqlalchemy as sa
 
-from prunestore import Message, PruneStore, db, partitions
+from prunestore import Message, PruneStore
+from prunestore.sql import db, partitions
 
 
 def percentile(values: list[float], p: float) -> float:

@@ -27,7 +27,8 @@ from pathlib import Path
 
 from append_latency import AgentTraffic
 
-from prunestore import PruneStore, db
+from prunestore import PruneStore
+from prunestore.sql import db
 
 CUT = 10
 

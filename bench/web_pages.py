@@ -29,7 +29,7 @@ from pathlib import Path
 from urllib.parse import quote, urlencode
 
 from prunestore import Message, PruneStore
-from prunestore.workloads import generate
+from prunestore.showcase.workloads import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from webpages import serving  # noqa: E402  (the tests' way of running the command)

@@ -26,13 +26,13 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
-from . import db
 from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Options
 from .formats import Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
 from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
-from .storage import SessionState
+from .sql import db
+from .sql.sessions import SessionState
 from .store import PruneStore
 from .views import Form
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from .audit import FirstAppend
-from .driver import Driver
+from .engine.first import FirstAppend
+from .engine.maintainer import Maintainer
+from .engine.state import MsgState, NoRows, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
-from .incremental import Maintainer, MsgState, NoRows, new_state
 from .model import (
     MAX_IDENTIFIER_BYTES,
     MESSAGE_FIELDS,
@@ -26,9 +26,12 @@ from .model import (
     storable_text_problem,
 )
 from .results import Delta
-from .storage import MESSAGES_BY_ID, SessionRow, SessionRows, lock_session_for_append, stored_message
+from .sql.driver import Driver
+from .sql.locked_rows import LockedRows
+from .sql.rows import MESSAGES_BY_ID, SessionRow, stored_message
+from .sql.sessions import lock_session_for_append
+from .sql.undo import journal_entry
 from .text import count_tokens
-from .undo import journal_entry
 
 __all__ = [
     "MAX_SESSION_NAME",
@@ -173,7 +176,7 @@ def append_locked(
     if not isinstance(policy, Policy):
         policy = policy(driver, row)
     before = row.stamp
-    rows = SessionRows(driver, row)
+    rows = LockedRows(driver, row)
     fresh: list[MsgState] = []
     seen: dict[str, Message] = {}
     turn = row.current_turn

@@ -3,8 +3,7 @@
 `verify` compares it with what is stored; `rebuild` writes it. Deriving it
 from `prune` (and not from the incremental code) is what makes the check
 independent. The first append to an empty session is decided the same way
-(`FirstAppend`): with nothing stored, a batch is cheaper than one message at
-a time, and later appends are still checked against `prune` by the tests.
+(`engine.first.FirstAppend`).
 
 Under a budget or `clear_at_least` the prompt is a fold over the messages,
 and `prune` computes it plainly, in time quadratic in the session's length.
@@ -15,19 +14,19 @@ finds any stored row that differs from what the messages imply.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from operator import attrgetter
 
-from .incremental import KeyState, Maintainer, MsgState, NoRows, new_state
-from .model import DUPLICATE, KEPT, Policy, StoredMessage, supports
-from .prompt import PromptCounters
-from .prune import passes, prune
+from .engine.first import index_rows
+from .engine.maintainer import Maintainer
+from .engine.prompt import PromptCounters
+from .engine.state import KeyState, MsgState, NoRows, new_state
+from .model import Policy, StoredMessage
+from .prune import prune
 from .results import Mismatch
-from .storage import Totals
+from .sql.rows import Totals
 
-__all__ = ["ExpectedState", "FirstAppend", "expected_state", "index_rows", "compare"]
+__all__ = ["ExpectedState", "expected_state", "compare"]
 
 
 @dataclass
@@ -68,66 +67,6 @@ def _replayed(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedStat
     }
     added, _ = maintainer.hash_holder_changes()
     return ExpectedState(maintainer.current_turn, maintainer.new, keys, set(added), maintainer.prompt.counters)
-
-
-def index_rows(states: Sequence[MsgState], policy: Policy) -> tuple[dict[str, KeyState], set[tuple[bytes, int]]]:
-    """The key rows and surviving-holder rows of a session whose states carry their final verdicts."""
-    keys: dict[str, KeyState] = {}
-    support: Counter[str] = Counter()
-    kept_refs: Counter[str] = Counter()
-    for state in states:
-        for key in state.defines:
-            keys.setdefault(key, KeyState(key)).definer = state.seq
-        counts = supports(state.base, state.restored, policy.transitive)
-        for key in state.refs:
-            keys.setdefault(key, KeyState(key))
-            support[key] += counts
-            kept_refs[key] += state.base == KEPT
-    for key, ks in keys.items():
-        ks.support, ks.kept_refs = support[key], kept_refs[key]
-    holders = {(s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in (KEPT, DUPLICATE)}
-    return keys, holders
-
-
-class FirstAppend:
-    """The first append to an empty session, decided as a batch: the passes once, then the index rows.
-
-    What it writes equals what `incremental.Maintainer` writes appending the
-    same messages one at a time (the incremental contract), at a fraction of
-    the cost: nothing is looked up, since nothing is stored yet. An import of
-    whole sessions takes this path. It has the maintainer's result interface.
-    """
-
-    def __init__(self, states: list[MsgState], policy: Policy, turn_before: int) -> None:
-        for seq, state in enumerate(states, 1):
-            state.seq = seq
-        self.new = states
-        self.last_seq = len(states)
-        self.current_turn = max([turn_before] + [s.message.turn for s in states if s.message is not None])
-        base, restored = passes(
-            states,
-            policy,
-            self.current_turn,
-            text=attrgetter("content_hash"),
-            defines=attrgetter("defines"),
-            refs=attrgetter("refs"),
-        )
-        for i, state in enumerate(states):
-            state.base, state.restored = base[i], i in restored
-        self._keys, self._holders = index_rows(states, policy)
-
-    def changed_messages(self) -> list[MsgState]:
-        return []  # nothing was stored before
-
-    def changed_keys(self) -> list[KeyState]:
-        """The keys to write: a key nothing defines or counts needs no row (an absent row means the same)."""
-        return [ks for ks in self._keys.values() if ks.definer is not None or ks.support or ks.kept_refs]
-
-    def hash_holder_changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
-        return sorted(self._holders), []
-
-    def delta(self) -> tuple[list[str], list[str]]:
-        return [s.id for s in self.new if s.live], []
 
 
 def compare(

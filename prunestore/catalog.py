@@ -12,11 +12,11 @@ import math
 import time
 from datetime import timedelta
 
-from .driver import Driver, Statement
 from .errors import InvalidArgumentError, shorten
 from .lifecycle import delete_rows
 from .model import storable_text_problem
 from .results import SessionSummary
+from .sql.driver import Driver, Statement
 
 __all__ = [
     "check_whole",

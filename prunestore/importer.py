@@ -26,12 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, cast
 
-from . import db
 from .appending import Options, check_session_name
+from .engine.state import MsgState, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
-from .incremental import MsgState, new_state
 from .jsonl import parse_line
 from .model import KEPT, Message, unchecked
+from .sql import db
 from .store import PruneStore
 
 __all__ = ["ImportSummary", "ImportInterrupted", "import_files", "open_bytes"]

@@ -12,14 +12,14 @@ from collections.abc import Callable, Iterable
 
 from .appending import Write, append_locked
 from .audit import expected_state
-from .driver import Driver, Statement
+from .engine.prompt import PromptCounters
+from .engine.state import new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
-from .incremental import new_state
 from .model import LIVE_VERDICTS, Policy, check_identifier
-from .prompt import PromptCounters
 from .results import Delta
-from .schema import MESSAGES
-from .storage import (
+from .sql.driver import Driver, Statement
+from .sql.locked_rows import LockedRows
+from .sql.rows import (
     AUDIT,
     DELETE_HOLDER,
     FULL_COLUMNS,
@@ -27,17 +27,14 @@ from .storage import (
     TOKENS_COLUMN,
     VERDICT_COLUMN,
     SessionRow,
-    SessionRows,
     Totals,
-    create_session,
     decode_content,
-    find_session,
     join_keys,
-    lock_session,
     stored_message,
-    update_session,
 )
-from .undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
+from .sql.schema import MESSAGES
+from .sql.sessions import create_session, find_session, lock_session, update_session
+from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 
 __all__ = [
     "rebuild_session",
@@ -115,7 +112,7 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         for s, m, r in zip(expected.states, stored, rows, strict=True)
         if (s.base, s.verdict, held(s)) != (m.base, m.verdict, bool(r[MESSAGE_WIDTH + 3]))
     ]
-    SessionRows(driver, row).write_back(
+    LockedRows(driver, row).write_back(
         new=[],
         changed=changed,
         keys=list(expected.keys.values()),

@@ -26,10 +26,10 @@ from dataclasses import dataclass, replace
 from operator import itemgetter
 from typing import Any
 
-from .driver import Driver
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
-from .storage import ALL_MESSAGES, ANY_BY_SEQ, LIVE_BY_SEQ, LIVE_MESSAGES, SessionRow, stored_message
+from .sql.driver import Driver
+from .sql.rows import ALL_MESSAGES, ANY_BY_SEQ, LIVE_BY_SEQ, LIVE_MESSAGES, SessionRow, stored_message
 from .views import Form, View, ViewEntry
 
 __all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes", "read_live", "read_view"]

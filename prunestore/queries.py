@@ -11,9 +11,8 @@ from dataclasses import dataclass
 
 from .audit import compare
 from .catalog import SUMMARY_COLUMNS
-from .driver import Driver, Statement
+from .engine.state import new_state
 from .errors import no_such_message
-from .incremental import new_state
 from .model import (
     DUPLICATE,
     EVICTED,
@@ -41,8 +40,9 @@ from .results import (
     VerifyReport,
     Window,
 )
-from .storage import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, message_columns, split_keys, stored_message
-from .undo import changed_by_append
+from .sql.driver import Driver, Statement
+from .sql.rows import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, message_columns, split_keys, stored_message
+from .sql.undo import changed_by_append
 
 __all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
 

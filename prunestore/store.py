@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from . import catalog, db, queries
+from . import catalog, queries
 from .appending import (
     DEFAULT_MAX_CONTENT_BYTES,
     DEFAULT_MAX_METADATA_BYTES,
@@ -21,7 +21,7 @@ from .appending import (
     check_ids,
     check_session_name,
 )
-from .driver import Driver
+from .engine.state import MsgState
 from .errors import (
     DatabaseError,
     InvalidArgumentError,
@@ -34,7 +34,6 @@ from .errors import (
     shorten,
 )
 from .formats import Rendered, render
-from .incremental import MsgState
 from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, recount, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes, read_live, read_view
 from .model import (
@@ -55,7 +54,11 @@ from .results import (
     VerifyReport,
     Window,
 )
-from .settings import (
+from .sql import db
+from .sql.driver import Driver
+from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
+from .sql.sessions import UNSETTLED, SessionState, find_session, lock_session, lock_session_for_append
+from .sql.settings import (
     DEFAULT_TOKENIZER,
     Settings,
     load_tokenizer,
@@ -63,17 +66,6 @@ from .settings import (
     recorded_policies,
     tokenizer_name,
     write_settings,
-)
-from .storage import (
-    ALL_MESSAGES,
-    MESSAGES_BY_ID,
-    UNSETTLED,
-    SessionRow,
-    SessionState,
-    find_session,
-    lock_session,
-    lock_session_for_append,
-    stored_message,
 )
 from .views import Form
 

@@ -33,7 +33,7 @@ from operator import itemgetter
 from typing import Any, Protocol
 
 from .model import StoredMessage
-from .storage import stored_message
+from .sql.rows import stored_message
 
 __all__ = ["Form", "Unit", "View", "ViewEntry"]
 

@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
-from prunestore import Policy, PruneStore, db, partitions
-from prunestore.driver import Driver
+from prunestore import Policy, PruneStore
+from prunestore.sql import db, partitions
+from prunestore.sql.driver import Driver
 
 PG_ENV = "PRUNESTORE_TEST_POSTGRES_URL"
 PG_HINT = f"set {PG_ENV}=postgresql+psycopg://postgres@127.0.0.1:5432/test to run the PostgreSQL tests"

@@ -17,7 +17,8 @@ import sqlalchemy as sa
 from conftest import _pg_schema_url
 from test_routing import PER_SESSION, session_statements
 
-from prunestore import Message, Policy, PruneStore, db
+from prunestore import Message, Policy, PruneStore
+from prunestore.sql import db
 
 CITUS_ENV = "PRUNESTORE_TEST_CITUS_URL"
 _COPY = re.compile(r"INSERT INTO \w+ \([^)]*\) SELECT ")  # fork's copy from one session to another

@@ -16,8 +16,9 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from prunestore import Message, Policy, PruneStore, db
+from prunestore import Message, Policy, PruneStore
 from prunestore.cli import main
+from prunestore.sql import db
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "session.jsonl"
 

@@ -336,13 +336,13 @@ def test_explain_agrees_in_number(store):
 
 @pytest.mark.sqlite
 def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_path):
-    import prunestore.bench
+    import prunestore.showcase.bench
 
     def measured(*args, **kwargs):
         raise AssertionError("the benchmark ran before the missing matplotlib was noticed")
 
     monkeypatch.setitem(sys.modules, "matplotlib", None)
-    monkeypatch.setattr(prunestore.bench, "compare_per_turn", measured)
+    monkeypatch.setattr(prunestore.showcase.bench, "compare_per_turn", measured)
     one_line_error(invoke("bench", "--turns", "5", "--plot", str(tmp_path / "p.png")), ".[plot]")
 
 
@@ -484,7 +484,7 @@ def test_an_integration_without_its_extra_says_which_to_install():
 def test_asyncio_on_postgresql_without_greenlet_says_which_extra():
     code = (
         "import sys; sys.modules['greenlet'] = None\n"
-        "from prunestore import db\n"
+        "from prunestore.sql import db\n"
         "try:\n    db.make_async_engine('postgresql://u@127.0.0.1:9/x')\n"
         "except Exception as exc:\n    print(type(exc).__name__, exc)\n"
     )

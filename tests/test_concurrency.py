@@ -6,10 +6,11 @@ import multiprocessing as mp
 import threading
 import time
 
-from prunestore import Delta, Message, PruneStore, count_tokens, db
+from prunestore import Delta, Message, PruneStore, count_tokens
 from prunestore import store as store_module
 from prunestore.appending import append_locked
-from prunestore.incremental import new_state
+from prunestore.engine.state import new_state
+from prunestore.sql import db
 
 WORKERS = 4
 APPENDS = 500

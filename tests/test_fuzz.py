@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from prunestore import Message, Policy, PruneStore, PruneStoreError, prune
 from prunestore.jsonl import parse_line
 from prunestore.model import ROLES
-from prunestore.schema import metadata
+from prunestore.sql.schema import metadata
 
 NASTY_STRINGS = [
     "",

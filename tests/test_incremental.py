@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import Message, prune
-from prunestore.schema import MESSAGES
+from prunestore.sql.schema import MESSAGES
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
 

@@ -21,10 +21,10 @@ from prunestore import (
     PruneStore,
     SessionExistsError,
     SessionNotFoundError,
-    db,
     prune,
 )
-from prunestore.schema import metadata
+from prunestore.sql import db
+from prunestore.sql.schema import metadata
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
 

@@ -20,9 +20,10 @@ from helpers import POLICIES, batches, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prunestore import Message, PruneStore, PruneStoreError, livecache, prune, workloads
+from prunestore import Message, PruneStore, PruneStoreError, livecache, prune
 from prunestore.livecache import LiveCache
-from prunestore.storage import stored_message
+from prunestore.showcase import workloads
+from prunestore.sql.rows import stored_message
 
 _names = itertools.count()
 _FULL_READ = "ORDER BY seq"  # of the live-row reads, only the cold read of a whole list sorts in SQL

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from prunestore import Message, Policy, PruneStore, db
-from prunestore.schema import VERSION_TABLE, metadata
-from prunestore.sessionids import session_id
+from prunestore import Message, Policy, PruneStore
+from prunestore.sql import db
+from prunestore.sql.schema import VERSION_TABLE, metadata
+from prunestore.sql.sessionids import session_id
 
 
 def tables(engine) -> set[str]:

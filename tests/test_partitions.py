@@ -9,8 +9,9 @@ import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
 
-from prunestore import DatabaseError, InvalidArgumentError, Message, PruneStore, db, partitions
+from prunestore import DatabaseError, InvalidArgumentError, Message, PruneStore
 from prunestore.cli import main
+from prunestore.sql import db, partitions
 
 
 def count_of(url: str) -> int:

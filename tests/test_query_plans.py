@@ -10,7 +10,8 @@ from __future__ import annotations
 from test_scenarios import SCENARIOS
 
 from prunestore import Message as M
-from prunestore import Policy, db
+from prunestore import Policy
+from prunestore.sql import db
 
 
 def test_append_statements_use_indexes(store, recorded):

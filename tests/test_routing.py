@@ -15,7 +15,8 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from prunestore import Message, Policy, PruneStore, db
+from prunestore import Message, Policy, PruneStore
+from prunestore.sql import db
 
 PER_SESSION = ("prunestore_sessions", "prunestore_messages", "prunestore_hash_holders", "prunestore_keys")
 _TABLE = re.compile(

@@ -10,9 +10,10 @@ import sqlalchemy as sa
 from hypothesis import given
 from hypothesis import strategies as st
 
-import prunestore.storage
-from prunestore import Message, SessionIdCollisionError, SessionNotFoundError, db
-from prunestore.sessionids import session_id
+import prunestore.sql.sessions
+from prunestore import Message, SessionIdCollisionError, SessionNotFoundError
+from prunestore.sql import db
+from prunestore.sql.sessionids import session_id
 
 BOTH_APIS = True
 _MIGRATION = next((Path(db.__file__).parent / "migrations" / "versions").glob("0007_*.py"), None) or next(
@@ -64,7 +65,7 @@ def test_each_session_is_stored_under_the_id_of_its_name(store_url, open_store):
 @pytest.fixture
 def colliding(monkeypatch):
     """Every name hashes to one id, as two names would with odds of 1 in 2**64."""
-    monkeypatch.setattr(prunestore.storage, "session_id", lambda name: 7)
+    monkeypatch.setattr(prunestore.sql.sessions, "session_id", lambda name: 7)
 
 
 def test_a_name_whose_id_is_taken_is_refused_and_nothing_changes(open_store, colliding):

@@ -22,10 +22,10 @@ from selenium.webdriver.support.ui import Select
 from webpages import chromium, follow, navigation, screenshot_dir, serving
 
 from prunestore import Message, Policy, PruneStore
-from prunestore.demo import run_demo
+from prunestore.showcase.demo import run_demo
+from prunestore.showcase.workloads import generate
 from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, ROW_CHARS, WINDOW
 from prunestore.web.chart import per_turn
-from prunestore.workloads import generate
 
 ROWS = """return Array.from(document.querySelectorAll('#messages .msg')).map(e => ({
     seq: Number(e.dataset.seq), verdict: e.dataset.verdict, role: e.querySelector('.role').textContent,

@@ -25,10 +25,10 @@ from prunestore import InvalidArgumentError, Message, PruneStore
 from prunestore.cli import main
 from prunestore.cli.serve import is_loopback
 from prunestore.results import HistoryPoint
+from prunestore.showcase.workloads import generate
 from prunestore.web import create_app
 from prunestore.web.app import WINDOW
 from prunestore.web.chart import MOST_POINTS, per_turn, thinned, tokens_chart
-from prunestore.workloads import generate
 
 NAME = "team/a?b#c%d"
 

@@ -6,8 +6,8 @@ import pytest
 
 from prunestore import prune
 from prunestore.model import effective_defines, effective_refs
+from prunestore.showcase.workloads import WORKLOADS, generate
 from prunestore.text import normalize
-from prunestore.workloads import WORKLOADS, generate
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))

@@ -10,9 +10,10 @@ from typing import Any
 
 import click
 
-from .. import __version__, db
+from .. import __version__
 from ..errors import PruneStoreError, StoreNotFoundError
 from ..model import StoredMessage
+from ..sql import db
 from ..store import PruneStore
 
 CONTEXT = {"help_option_names": ["-h", "--help"]}

@@ -6,8 +6,8 @@ from collections.abc import Callable
 
 import click
 
-from .. import db, partitions
 from ..errors import InvalidRevisionError
+from ..sql import db, partitions
 from .common import CONTEXT, command, confirm, echo_json, main
 
 

@@ -7,8 +7,8 @@ import socket
 
 import click
 
-from .. import db
 from ..errors import PruneStoreError
+from ..sql import db
 from .common import command, echo_json, main, open_store
 
 

@@ -7,14 +7,14 @@ from pathlib import Path
 
 import click
 
-from .. import db
+from ..sql import db
 from .common import command, counted, echo_json, main, open_store, table
 
 TOKENS = click.IntRange(min=0)
 
 
 def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
-    from ..demo import budget_run
+    from ..showcase.demo import budget_run
 
     click.echo(f"\nagent-{turns} again, under Policy(budget={budget}, clear_at_least={clear_at_least}):", err=True)
     r = budget_run(turns, budget, clear_at_least)
@@ -75,7 +75,7 @@ def demo(
     a token budget, and its prompts are priced with a prompt cache beside
     sending everything (not with --json).
     """
-    from ..demo import run_demo
+    from ..showcase.demo import run_demo
 
     with open_store(ctx) as store:
         url = db.shown_url(store.url)
@@ -158,7 +158,7 @@ def bench(ctx: click.Context, turns: str, plot: Path | None, as_json: bool) -> N
     The append is shown alone, with a client's prompt kept from its delta, and
     with the whole prompt read back. It runs on temporary databases, not on --db.
     """
-    from ..bench import compare_per_turn, draw, plotting
+    from ..showcase.bench import compare_per_turn, draw, plotting
 
     if plot:
         plotting()  # before the run, so a missing matplotlib does not cost the whole benchmark

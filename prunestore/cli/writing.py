@@ -15,13 +15,13 @@ from typing import Any
 
 import click
 
-from .. import settings
 from ..errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError
 from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_numbered_lines
 from ..results import Delta
-from ..settings import tokenizer_name
+from ..sql import settings
+from ..sql.settings import tokenizer_name
 from .common import DAYS, command, confirm, counted, echo_json, main, open_store, printable
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from ..aio import AsyncPruneStore
 from ..formats.transcripts import Importer
 from ..model import Message
-from ..storage import SessionState
+from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..text import KEY_PATTERN
 

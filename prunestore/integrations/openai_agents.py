@@ -25,7 +25,7 @@ from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..frozen import freeze
 from ..model import Message, StoredMessage
-from ..storage import SessionState
+from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
 from ._shared import importer_after, on_store, with_call_keys

@@ -21,7 +21,7 @@ from ..formats import openai_calls
 from ..formats.text import OPENAI_ROLES, openai_text
 from ..frozen import freeze
 from ..model import Message, StoredMessage
-from ..storage import SessionState
+from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
 from ._shared import blocking, importer_after, on_store, with_call_keys

@@ -40,13 +40,13 @@ from starlette.routing import Route
 from starlette.templating import Jinja2Templates
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .. import db
 from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS
 from ..formats.plan import item_of
 from ..model import LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry, SessionSummary
+from ..sql import db
 from ..store import PruneStore
 from .chart import tokens_chart
 from .prompt import CallMark, call_marks, format_of, prompt_page

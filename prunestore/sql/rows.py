@@ -1,4 +1,4 @@
-"""SQL for one session's rows, and the (de)serialisation of messages.
+"""Every column list and row decoder: the one place that knows the order of a row's columns.
 
 Statements are prepared once at import; they use only syntax SQLite (3.24+)
 and PostgreSQL share (``ON CONFLICT``, ``LIMIT``), so one text serves both.
@@ -10,39 +10,14 @@ from __future__ import annotations
 
 import json
 import re
-import secrets
-import time
 from collections.abc import Iterable
 from typing import NamedTuple
 
-from .driver import Driver, Statement
-from .errors import SessionIdCollisionError, shorten
-from .frozen import freeze
-from .incremental import KeyState, MsgState
-from .model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
-from .prompt import PromptCounters
-from .sessionids import session_id
-
-__all__ = [
-    "AUDIT",
-    "FULL_COLUMNS",
-    "MESSAGE_WIDTH",
-    "VERDICT_COLUMN",
-    "TOKENS_COLUMN",
-    "message_columns",
-    "SessionRows",
-    "SessionRow",
-    "Totals",
-    "SessionState",
-    "UNSETTLED",
-    "lock_session",
-    "lock_session_for_append",
-    "find_session",
-    "create_session",
-    "update_session",
-    "new_stamp",
-    "stored_message",
-]
+from ..engine.prompt import PromptCounters
+from ..engine.state import MsgState
+from ..frozen import freeze
+from ..model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
+from .driver import Statement
 
 _STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens"
 # The messages in the prompt; a partial index of the same condition serves the reads that ask for it.
@@ -90,7 +65,7 @@ _SESSION_COLUMNS = (
     "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
     "tokens, live_tokens, policy_generation, name"
 )
-_SESSION_WIDTH = 12
+SESSION_WIDTH = 12
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
@@ -114,11 +89,11 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
     + " FOR UPDATE OF s"
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
-_INSERT_SESSION = Statement(
+INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at, "
     "policy_generation) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled) ON CONFLICT (session_id) DO NOTHING"
 )
-_UPDATE_SESSION = Statement(
+UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
     "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
     "tokens = :tokens, live_tokens = :live_tokens, policy_generation = :generation, updated_at = :now "
@@ -259,7 +234,7 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
     return message
 
 
-def _state(row) -> MsgState:
+def msg_state(row) -> MsgState:
     seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens = row
     evicted = verdict == EVICTED
     return MsgState(
@@ -343,287 +318,7 @@ class Totals(NamedTuple):
         return cls(tokens, live)
 
 
-UNSETTLED = -1  # the settings generation of a session row created in the running transaction
-
-
-def new_stamp() -> int:
-    """A session's next change stamp: random, so no two states of a session share one.
-
-    A counter would repeat after a truncate, or after a deleted session's name
-    and key are used again; 63 random bits fit both backends' BIGINT.
-    """
-    return secrets.randbits(63)
-
-
-def update_session(
-    driver: Driver,
-    session: SessionRow,
-    current_turn: int,
-    last_seq: int,
-    prompt: PromptCounters | None,
-    totals: Totals,
-) -> None:
-    """Write the session's turn, last seq, prompt and token totals with a new stamp, and record them on `session`.
-
-    Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
-    """
-    stamp = new_stamp()
-    prompt = prompt or PromptCounters()
-    params = {
-        "sid": session.session_id,
-        "turn": current_turn,
-        "last_seq": last_seq,
-        "stamp": stamp,
-        "prompt_tokens": prompt.tokens,
-        "pending_tokens": prompt.pending,
-        "events": prompt.events,
-        "cursor": prompt.cursor,
-        "tokens": totals.tokens,
-        "live_tokens": totals.live_tokens,
-        "generation": session.generation,
-        "now": int(time.time()),
-    }
-    driver.run(_UPDATE_SESSION, params)
-    session.current_turn, session.last_seq, session.stamp = current_turn, last_seq, stamp
-    session.prompt, session.totals = prompt, totals
-
-
-def _named(row: tuple | None, name: str) -> SessionRow | None:
-    """The session row read by `name`'s id, or None where there is none or it is another name's."""
-    if row is None or row[_SESSION_WIDTH - 1] != name:
-        return None
-    return SessionRow(*row[: _SESSION_WIDTH - 1])
-
-
-def find_session(driver: Driver, name: str) -> SessionRow | None:
-    return _named(driver.first(SELECT_SESSION, {"sid": session_id(name)}), name)
-
-
-def _lock_row(driver: Driver, sid: int) -> tuple | None:
-    """The session row with id `sid`, locked: SQLite writers already hold the database lock
-    (``BEGIN IMMEDIATE``); PostgreSQL writers lock the session's row."""
-    return driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": sid})
-
-
-def lock_session(driver: Driver, name: str) -> SessionRow | None:
-    """Read the session row so that no other writer can change the session until commit."""
-    return _named(_lock_row(driver, session_id(name)), name)
-
-
-def create_session(driver: Driver, name: str) -> SessionRow:
-    """Create the session (if no writer did meanwhile) and lock it.
-
-    `SessionIdCollisionError` when its id is another stored session's.
-    """
-    sid = session_id(name)
-    params = {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time()), "unsettled": UNSETTLED}
-    driver.run(_INSERT_SESSION, params)
-    row = _lock_row(driver, sid)
-    assert row is not None
-    named = _named(row, name)
-    if named is None:
-        holder = row[_SESSION_WIDTH - 1]
-        raise SessionIdCollisionError(
-            f"session={shorten(name)}: its id is already that of the stored session {shorten(holder)}; "
-            "use another name for it",
-            session=name,
-            holder=holder,
-        )
-    return named
-
-
-def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
-    """Lock (creating if need be) the session and read the messages it already holds with these ids.
-
-    One round trip for the common case: the lock and the retry check together.
-    """
-    select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
-    sid = session_id(name)
-    found: dict[str, StoredMessage] = {}
-    row = None
-    for start in range(0, max(len(ids), 1), 500):
-        rows = driver.all(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
-        if not rows or rows[0][_SESSION_WIDTH - 1] != name:  # none yet, or another name's: create_session says
-            break
-        row = SessionRow(*rows[0][: _SESSION_WIDTH - 1])
-        if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
-            found = {m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", ids))}
-            break
-        found.update(
-            (m.id, m)
-            for m in (
-                stored_message(r[_SESSION_WIDTH : -1 if driver.postgres else None])
-                for r in rows
-                if r[_SESSION_WIDTH] is not None
-            )
-        )
-    if row is None:
-        row = create_session(driver, name)
-    return row, found
-
-
-_DEFINERS = Statement(
+DEFINERS = Statement(
     f"SELECT k.key, {message_columns('m')} FROM prunestore_keys k JOIN prunestore_messages m "
     "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
 )
-
-
-class SessionState:
-    """A session as `PruneStore.append_with` shows it to its builder: read under the session's write lock."""
-
-    def __init__(self, driver: Driver, session: SessionRow) -> None:
-        self._driver = driver
-        self._sid = session.session_id
-        self.current_turn = session.current_turn
-        self.last_seq = session.last_seq  # 0 for a new session; the next message gets last_seq + 1
-
-    def definers(self, keys: Iterable[str]) -> dict[str, StoredMessage]:
-        """The last message that defines each of `keys`, for those some message defines."""
-        wanted = list(dict.fromkeys(keys))
-        if not wanted or not self.last_seq:
-            return {}
-        rows = self._driver.chunks(_DEFINERS, {"sid": self._sid}, "keys", wanted)
-        return {row[0]: stored_message(row[1:]) for row in rows}
-
-
-class SessionRows:
-    """`incremental.Rows` over one locked session, plus the write-back of a `Maintainer`."""
-
-    def __init__(self, driver: Driver, session: SessionRow) -> None:
-        self.driver = driver
-        self.session = session
-        self.sid = session.session_id
-        self.escape_nul = driver.postgres
-
-    def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
-        return [_state(row) for row in self.driver.chunks(MESSAGES_BY_SEQ, {"sid": self.sid}, "seqs", seqs)]
-
-    def last_tool_holder(self, tool_key: str) -> MsgState | None:
-        row = self.driver.first(LAST_TOOL_HOLDER, {"sid": self.sid, "tool_key": tool_key})
-        return _state(row) if row else None
-
-    def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
-        rows = self.driver.all(EXPIRING, {"sid": self.sid, "lo": from_turn, "hi": to_turn})
-        return [_state(row) for row in rows]
-
-    def keys(self, keys: Iterable[str]) -> list[KeyState]:
-        rows = self.driver.chunks(KEYS_BY_NAME, {"sid": self.sid}, "keys", keys)
-        return [KeyState(key, definer, support, kept, evicted) for key, definer, support, kept, evicted in rows]
-
-    def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
-        params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
-        return self.driver.scalar(FIRST_HOLDER_AFTER, params)
-
-    def pending(self) -> list[MsgState]:
-        return [_state(row) for row in self.driver.all(PENDING_ROWS, {"sid": self.sid})]
-
-    def in_prompt_after(self, after_seq: int, limit: int, cursor: int) -> list[MsgState]:
-        params = {"sid": self.sid, "after": after_seq, "limit": limit, "cursor": cursor}
-        rows = self.driver.all(HELD_AFTER, params) if after_seq + 1 < cursor else []
-        if len(rows) < limit:
-            params.update(after=max(after_seq, cursor - 1), limit=limit - len(rows))
-            rows += self.driver.all(LIVE_AFTER, params)
-        return [_state(row) for row in rows]
-
-    def message_row(
-        self,
-        state: MsgState,
-        held: bool,
-        journal: str | None = None,
-        history: tuple[int, int, int, int] | None = None,
-    ) -> tuple:
-        """The values of `INSERT_MESSAGE`, in its column order; `history` goes on an append's last message."""
-        m = state.message
-        assert m is not None
-        content, escaped = encode_content(m.content, self.escape_nul)
-        return (
-            self.sid,
-            state.seq,
-            m.id,
-            m.role,
-            content,
-            escaped,
-            m.turn,
-            m.tool_key,
-            m.expires_after_turn,
-            join_keys(m.defines),
-            join_keys(m.refs),
-            state.metadata_json,
-            state.tokens,
-            state.content_hash,
-            join_keys(state.defines),
-            join_keys(state.refs),
-            state.base,
-            state.verdict,
-            int(held),
-            journal,
-            *(history or (None, None, None, None)),
-        )
-
-    def write_back(
-        self,
-        new: list[MsgState],
-        changed: list[MsgState],
-        keys: list[KeyState],
-        holders_added: list[tuple[bytes, int]],
-        holders_removed: list[tuple[bytes, int]],
-        current_turn: int,
-        last_seq: int,
-        journal: str | None = None,
-        prompt: PromptCounters | None = None,
-        totals: Totals | None = None,
-    ) -> None:
-        """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
-
-        `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message.
-        The token totals follow from what changed, unless given (a rebuild counts them afresh).
-        """
-        totals = totals or self.session.totals.after(new, changed)
-        with self.driver.pipeline():
-            self._write_back(
-                new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
-            )
-
-    def _write_back(
-        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
-    ) -> None:
-        sid, run_many = self.sid, self.driver.run_many
-        held = (prompt or PromptCounters()).held_below
-        if new:
-            row, last = self.message_row, len(new) - 1
-            history = (*totals, (prompt or PromptCounters()).events, self.session.generation)
-            run_many(
-                INSERT_MESSAGE,
-                [
-                    row(s, held(s), journal if i == 0 else None, history if i == last else None)
-                    for i, s in enumerate(new)
-                ],
-            )
-        if changed:
-            run_many(
-                UPDATE_VERDICT,
-                [
-                    {"sid": sid, "seq": s.seq, "base": s.base, "verdict": s.verdict, "held": int(held(s))}
-                    for s in changed
-                ],
-            )
-        if keys:
-            run_many(
-                UPSERT_KEY,
-                [
-                    {
-                        "sid": sid,
-                        "key": k.key,
-                        "definer_seq": k.definer,
-                        "support": k.support,
-                        "kept_refs": k.kept_refs,
-                        "evicted_refs": k.evicted_refs,
-                    }
-                    for k in keys
-                ],
-            )
-        if holders_removed:
-            run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
-        if holders_added:
-            run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        update_session(self.driver, self.session, current_turn, last_seq, prompt, totals)

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .incremental import MsgState, Rows
-
-__all__ = ["HashGroups"]
+from .state import MsgState, Rows
 
 
 @dataclass(eq=False)

@@ -9,12 +9,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from . import db
+from ..errors import SessionExistsError
+from ..model import Policy, effective_defines, effective_refs
+from ..prune import prune
+from ..sql import db
+from ..store import PruneStore
 from .costs import prompt_costs
-from .errors import SessionExistsError
-from .model import Policy, effective_defines, effective_refs
-from .prune import prune
-from .store import PruneStore
 from .workloads import WORKLOADS, generate
 
 __all__ = ["DEFAULT_SIZES", "DemoRow", "BudgetRow", "run_demo", "budget_run"]

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import sqlalchemy as sa
 
-from .jsonl import parse_line, to_json
-from .model import Message, StoredMessage
-from .prune import prune
-from .store import PruneStore
+from ..jsonl import parse_line, to_json
+from ..model import Message, StoredMessage
+from ..prune import prune
+from ..store import PruneStore
 from .workloads import generate
 
 __all__ = ["compare_per_turn", "draw", "plotting"]
@@ -116,7 +116,7 @@ def plotting():
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        from .errors import PruneStoreError
+        from ..errors import PruneStoreError
 
         raise PruneStoreError("--plot needs matplotlib: pip install '.[plot]'") from exc
     return plt

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import Dialect
 
-from .errors import DatabaseError
+from ..errors import DatabaseError
 
 __all__ = ["Statement", "Driver"]
 

@@ -16,11 +16,11 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from ..engine.prompt import PromptCounters
+from ..engine.state import KeyState, MsgState
+from ..model import LIVE_VERDICTS
 from .driver import Driver, Statement
-from .incremental import KeyState, MsgState
-from .model import LIVE_VERDICTS
-from .prompt import PromptCounters
-from .storage import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
+from .rows import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
 __all__ = [
     "journal_entry",

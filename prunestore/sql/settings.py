@@ -18,10 +18,10 @@ import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from ..errors import TokenizerMismatchError
+from ..model import Policy
+from ..text import count_tokens
 from .driver import Driver, Statement
-from .errors import TokenizerMismatchError
-from .model import Policy
-from .text import count_tokens
 
 __all__ = ["Settings", "read_settings", "write_settings", "tokenizer_name", "load_tokenizer", "DEFAULT_TOKENIZER"]
 

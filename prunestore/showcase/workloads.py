@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import groupby
 
-from .model import Message
+from ..model import Message
 
 __all__ = ["Workload", "WORKLOADS", "GeneratedSession", "generate"]
 

@@ -27,8 +27,7 @@ from alembic.util import CommandError
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from .driver import Driver
-from .errors import (
+from ..errors import (
     DatabaseError,
     InvalidRevisionError,
     PruneStoreError,
@@ -36,6 +35,7 @@ from .errors import (
     shorten,
     wrap_database_errors,
 )
+from .driver import Driver
 from .schema import HASH_HOLDERS, KEYS, MESSAGES, SESSIONS, VERSION_TABLE
 
 if TYPE_CHECKING:
@@ -290,7 +290,7 @@ def _migrations_location() -> str:
     try:
         return str(resources.files("prunestore.migrations"))
     except ModuleNotFoundError:
-        beside = Path(__file__).resolve().parent.parent / "migrations"
+        beside = Path(__file__).resolve().parents[2] / "migrations"
         if (beside / "env.py").is_file():
             return str(beside)
         raise PruneStoreError("the prunestore.migrations package is missing: reinstall prunestore") from None

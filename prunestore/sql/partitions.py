@@ -14,8 +14,8 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
+from ..errors import InvalidArgumentError, shorten
 from . import db
-from .errors import InvalidArgumentError, shorten
 from .schema import HASH_HOLDERS, KEYS, MESSAGES, SESSIONS
 
 __all__ = ["partition", "partition_count", "PER_SESSION"]

@@ -17,7 +17,7 @@ Counts kept so that no step reads the session: the prompt's tokens and the
 pending tokens (on the session row), and per key the counting referrers the
 budget evicted (``evicted_refs``), so a definer's support *in the prompt* is
 ``support - evicted_refs``. Rows are reached through the maintainer's
-identity map and its `Rows`; this module does no I/O itself.
+identity map (`state.Index`); this module does no I/O itself.
 
 Evictions walk the prompt oldest first. So that a walk does not read again
 what earlier walks passed, the session keeps a cursor where the last walk
@@ -32,14 +32,9 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-from .model import supports
-
-if TYPE_CHECKING:
-    from .incremental import Maintainer, MsgState
-
-__all__ = ["PromptCounters", "PromptKeeper"]
+from ..model import Policy, supports
+from .state import Index, MsgState
 
 _FIRST_PAGE, _PAGE = 8, 64  # stored prompt messages read at a time when looking for the oldest evictable one
 
@@ -77,9 +72,9 @@ _Flags = tuple[bool, bool, bool, bool]
 class PromptKeeper:
     """The prompt of one locked session, moved on after each message the maintainer applies."""
 
-    def __init__(self, maintainer: Maintainer, counters: PromptCounters) -> None:
-        self.maintainer = maintainer
-        self.policy = maintainer.policy
+    def __init__(self, index: Index, policy: Policy, counters: PromptCounters) -> None:
+        self.index = index
+        self.policy = policy
         self.counters = counters
         self._before: dict[int, tuple[MsgState, _Flags]] = {}
         self._pending: dict[int, MsgState] = {}  # pending messages changed in this transaction
@@ -91,7 +86,7 @@ class PromptKeeper:
 
     def _counts(self, state: MsgState) -> bool:
         """Whether its refs count as support (docs/semantics.md, restoration)."""
-        return supports(state.base, state.restored, self.maintainer.transitive)
+        return supports(state.base, state.restored, self.index.transitive)
 
     def _flags(self, state: MsgState) -> _Flags:
         return bool(state.visible), state.live, self._counts(state), state.evicted
@@ -110,7 +105,7 @@ class PromptKeeper:
         self.counters.pending += tokens * ((shown and not live) - (was_shown and not was_live))
         delta = (evicted and counts) - (was_evicted and was_counting)
         if delta:
-            for ks in self.maintainer.keys(state.refs):
+            for ks in self.index.keys(state.refs):
                 ks.evicted_refs += delta
                 ks.dirty = True
                 if delta > 0 and ks.definer is not None and ks.definer != state.seq:
@@ -157,15 +152,15 @@ class PromptKeeper:
         """Evicted definers of what now counts in the prompt come back, and what they need, at once."""
         while stack:
             state = stack.pop()
-            for definer in self.maintainer.definers(state.refs, exclude=state):
+            for definer in self.index.definers(state.refs, exclude=state):
                 if definer.evicted:
                     self._set(definer, visible=True, evicted=False)
                     if self._counts(definer):
                         stack.append(definer)
 
     def _pending_now(self) -> list[MsgState]:
-        adopt = self.maintainer.adopt
-        found = {s.seq: s for s in map(adopt, self.maintainer.rows.pending())}
+        adopt = self.index.adopt
+        found = {s.seq: s for s in map(adopt, self.index.rows.pending())}
         found.update(self._pending)
         return [s for s in found.values() if s.visible and not s.live]
 
@@ -173,7 +168,7 @@ class PromptKeeper:
 
     def _in_prompt_in_order(self) -> Iterator[MsgState]:
         """Live messages in the prompt, oldest first: the stored ones merged with those changed in memory."""
-        adopt, rows, cursor = self.maintainer.adopt, self.maintainer.rows, self.counters.cursor
+        adopt, rows, cursor = self.index.adopt, self.index.rows, self.counters.cursor
 
         def stored() -> Iterator[MsgState]:
             after, size = 0, _FIRST_PAGE
@@ -196,7 +191,7 @@ class PromptKeeper:
         own = self._counts(state) and not state.evicted
         return any(
             ks.definer == state.seq and ks.shown_support - (own and ks.key in state.refs) > 0
-            for ks in self.maintainer.keys(state.defines)
+            for ks in self.index.keys(state.defines)
         )
 
     def _evict(self, target: int) -> None:
@@ -206,7 +201,7 @@ class PromptKeeper:
         again before anything newer (`_freed`). The cursor moves to where the
         walk stopped; what it passed and left in the prompt is written held.
         """
-        pinned, turn, messages = self.policy.pinned_roles, self.maintainer.current_turn, self.maintainer.messages
+        pinned, turn, messages = self.policy.pinned_roles, self.index.current_turn, self.index.messages
         counters, passed_from = self.counters, self.counters.cursor
         self._freed.clear()
         stream = self._in_prompt_in_order()
@@ -235,5 +230,5 @@ class PromptKeeper:
                 heapq.heappush(again, seq)
             self._freed.clear()
         if stop is None:
-            stop = upcoming.seq if upcoming is not None else self.maintainer.last_seq + 1
+            stop = upcoming.seq if upcoming is not None else self.index.last_seq + 1
         counters.cursor = max(counters.cursor, stop)

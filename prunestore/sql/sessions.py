@@ -1,0 +1,168 @@
+"""The session row: its lock, its creation, and its update at the end of every write.
+
+A writer locks its session's row first (on SQLite it already holds the
+database lock); the row carries the current turn, the last seq, the prompt
+and token totals and a change stamp the live cache compares.
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Iterable
+
+from ..engine.prompt import PromptCounters
+from ..errors import SessionIdCollisionError, shorten
+from ..model import StoredMessage
+from .driver import Driver
+from .rows import (
+    DEFINERS,
+    INSERT_SESSION,
+    LOCK_SESSION_PG,
+    LOCK_SESSION_WITH_IDS_PG,
+    MESSAGES_BY_ID,
+    SELECT_SESSION,
+    SESSION_WIDTH,
+    SESSION_WITH_IDS,
+    UPDATE_SESSION,
+    SessionRow,
+    Totals,
+    stored_message,
+)
+from .sessionids import session_id
+
+UNSETTLED = -1  # the settings generation of a session row created in the running transaction
+
+
+def new_stamp() -> int:
+    """A session's next change stamp: random, so no two states of a session share one.
+
+    A counter would repeat after a truncate, or after a deleted session's name
+    and key are used again; 63 random bits fit both backends' BIGINT.
+    """
+    return secrets.randbits(63)
+
+
+def update_session(
+    driver: Driver,
+    session: SessionRow,
+    current_turn: int,
+    last_seq: int,
+    prompt: PromptCounters | None,
+    totals: Totals,
+) -> None:
+    """Write the session's turn, last seq, prompt and token totals with a new stamp, and record them on `session`.
+
+    Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
+    """
+    stamp = new_stamp()
+    prompt = prompt or PromptCounters()
+    params = {
+        "sid": session.session_id,
+        "turn": current_turn,
+        "last_seq": last_seq,
+        "stamp": stamp,
+        "prompt_tokens": prompt.tokens,
+        "pending_tokens": prompt.pending,
+        "events": prompt.events,
+        "cursor": prompt.cursor,
+        "tokens": totals.tokens,
+        "live_tokens": totals.live_tokens,
+        "generation": session.generation,
+        "now": int(time.time()),
+    }
+    driver.run(UPDATE_SESSION, params)
+    session.current_turn, session.last_seq, session.stamp = current_turn, last_seq, stamp
+    session.prompt, session.totals = prompt, totals
+
+
+def _named(row: tuple | None, name: str) -> SessionRow | None:
+    """The session row read by `name`'s id, or None where there is none or it is another name's."""
+    if row is None or row[SESSION_WIDTH - 1] != name:
+        return None
+    return SessionRow(*row[: SESSION_WIDTH - 1])
+
+
+def find_session(driver: Driver, name: str) -> SessionRow | None:
+    return _named(driver.first(SELECT_SESSION, {"sid": session_id(name)}), name)
+
+
+def _lock_row(driver: Driver, sid: int) -> tuple | None:
+    """The session row with id `sid`, locked: SQLite writers already hold the database lock
+    (``BEGIN IMMEDIATE``); PostgreSQL writers lock the session's row."""
+    return driver.first(LOCK_SESSION_PG if driver.postgres else SELECT_SESSION, {"sid": sid})
+
+
+def lock_session(driver: Driver, name: str) -> SessionRow | None:
+    """Read the session row so that no other writer can change the session until commit."""
+    return _named(_lock_row(driver, session_id(name)), name)
+
+
+def create_session(driver: Driver, name: str) -> SessionRow:
+    """Create the session (if no writer did meanwhile) and lock it.
+
+    `SessionIdCollisionError` when its id is another stored session's.
+    """
+    sid = session_id(name)
+    params = {"sid": sid, "name": name, "stamp": new_stamp(), "now": int(time.time()), "unsettled": UNSETTLED}
+    driver.run(INSERT_SESSION, params)
+    row = _lock_row(driver, sid)
+    assert row is not None
+    named = _named(row, name)
+    if named is None:
+        holder = row[SESSION_WIDTH - 1]
+        raise SessionIdCollisionError(
+            f"session={shorten(name)}: its id is already that of the stored session {shorten(holder)}; "
+            "use another name for it",
+            session=name,
+            holder=holder,
+        )
+    return named
+
+
+def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
+    """Lock (creating if need be) the session and read the messages it already holds with these ids.
+
+    One round trip for the common case: the lock and the retry check together.
+    """
+    select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
+    sid = session_id(name)
+    found: dict[str, StoredMessage] = {}
+    row = None
+    for start in range(0, max(len(ids), 1), 500):
+        rows = driver.all(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
+        if not rows or rows[0][SESSION_WIDTH - 1] != name:  # none yet, or another name's: create_session says
+            break
+        row = SessionRow(*rows[0][: SESSION_WIDTH - 1])
+        if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
+            found = {m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", ids))}
+            break
+        found.update(
+            (m.id, m)
+            for m in (
+                stored_message(r[SESSION_WIDTH : -1 if driver.postgres else None])
+                for r in rows
+                if r[SESSION_WIDTH] is not None
+            )
+        )
+    if row is None:
+        row = create_session(driver, name)
+    return row, found
+
+
+class SessionState:
+    """A session as `PruneStore.append_with` shows it to its builder: read under the session's write lock."""
+
+    def __init__(self, driver: Driver, session: SessionRow) -> None:
+        self._driver = driver
+        self._sid = session.session_id
+        self.current_turn = session.current_turn
+        self.last_seq = session.last_seq  # 0 for a new session; the next message gets last_seq + 1
+
+    def definers(self, keys: Iterable[str]) -> dict[str, StoredMessage]:
+        """The last message that defines each of `keys`, for those some message defines."""
+        wanted = list(dict.fromkeys(keys))
+        if not wanted or not self.last_seq:
+            return {}
+        rows = self._driver.chunks(DEFINERS, {"sid": self._sid}, "keys", wanted)
+        return {row[0]: stored_message(row[1:]) for row in rows}
