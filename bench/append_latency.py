@@ -5,12 +5,18 @@ with batched appends of 1,000 messages a transaction), then times
 single-message appends, each in its own transaction, taking the sessions in
 turn, one append each, so that the machine's noise falls on every size alike.
 Prints p50 and p99 per size and the ratio of the largest size's p50 to the
-smallest's. With --budget, a second SQLite store with
-``Policy(budget=..., clear_at_least=...)`` runs beside the default one, its
-appends interleaved with the other's, so the two compare in one run.
+smallest's. Beside the appends, in the same rotation, it times the floor of a
+durable write on the same database: a one-row INSERT committed on its own
+(one round trip and the log flush on PostgreSQL; the WAL write on SQLite), and
+prints each append p50 over that p50. With --partitioned, a second
+PostgreSQL database (emptied, then made 16 hash partitions) runs too. With
+--budget, a second SQLite store with ``Policy(budget=..., clear_at_least=...)``
+runs beside the default one, its appends interleaved with the other's, so the
+two compare in one run.
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
+        [--partitioned URL]   (a PostgreSQL database this may empty)
         [--budget 2000 --clear 500]
 """
 
@@ -26,8 +32,10 @@ import time
 import uuid
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from prunestore import Message, Policy, PruneStore
-from prunestore.sql import db
+from prunestore.sql import db, partitions
 
 
 class AgentTraffic:
@@ -82,8 +90,36 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
-def measure(stores: dict[str, PruneStore], sizes: list[int], samples: int) -> dict[str, list[tuple[int, float, float]]]:
-    """Build one session per size in each store, then time single appends, interleaved across stores and sizes."""
+class InsertFloor:
+    """A one-row INSERT committed on its own, on the store's database: the least a durable append can cost."""
+
+    def __init__(self, store: PruneStore) -> None:
+        self.raw = store.engine.raw_connection()
+        self.table = f"bench_floor_{uuid.uuid4().hex[:8]}"
+        self._run(f"CREATE TABLE {self.table} (n INTEGER PRIMARY KEY, body TEXT NOT NULL)")
+        self.n = 0
+
+    def _run(self, sql: str, params: tuple = ()) -> None:
+        cursor = self.raw.cursor()
+        cursor.execute(sql, params)
+        cursor.close()
+        self.raw.commit()
+
+    def insert(self) -> None:
+        self.n += 1
+        marker = "%s" if "psycopg" in type(self.raw.dbapi_connection).__module__ else "?"
+        self._run(f"INSERT INTO {self.table} (n, body) VALUES ({marker}, {marker})", (self.n, "answer with some text"))
+
+    def close(self) -> None:
+        self._run(f"DROP TABLE {self.table}")
+        self.raw.close()
+
+
+def measure(
+    stores: dict[str, PruneStore], sizes: list[int], samples: int
+) -> tuple[dict[str, list[tuple[int, float, float]]], dict[str, float]]:
+    """Build one session per size in each store, then time single appends, interleaved across stores and sizes,
+    and each store's insert floor in the same rotation."""
     run = uuid.uuid4().hex[:8]
     sessions = {(label, size): (f"bench-{run}-{size}", AgentTraffic(seed=size)) for label in stores for size in sizes}
     for (label, size), (session, traffic) in sessions.items():
@@ -93,12 +129,20 @@ def measure(stores: dict[str, PruneStore], sizes: list[int], samples: int) -> di
     for store in stores.values():
         db.analyze(store.engine)  # PostgreSQL plans from statistics: as a maintained database has them
     timings: dict[tuple[str, int], list[float]] = {key: [] for key in sessions}
+    floors = {label: InsertFloor(store) for label, store in stores.items()}
+    floor_timings: dict[str, list[float]] = {label: [] for label in stores}
     for _ in range(samples):
         for key, (session, traffic) in sessions.items():  # interleaved: one append per store and size in turn
             message = traffic.next()
             start = time.perf_counter()
             stores[key[0]].append(session, message)
             timings[key].append((time.perf_counter() - start) * 1000)
+        for label, floor in floors.items():
+            start = time.perf_counter()
+            floor.insert()
+            floor_timings[label].append((time.perf_counter() - start) * 1000)
+    for floor in floors.values():
+        floor.close()
     rows = {
         label: [
             (size, statistics.median(timings[label, size]), percentile(timings[label, size], 0.99)) for size in sizes
@@ -108,7 +152,16 @@ def measure(stores: dict[str, PruneStore], sizes: list[int], samples: int) -> di
     for (label, _), (session, _) in sessions.items():
         assert stores[label].verify(session).ok
         stores[label].delete_session(session)
-    return rows
+    return rows, {label: statistics.median(values) for label, values in floor_timings.items()}
+
+
+def empty_and_partition(url: str) -> None:
+    """Drop prunestore's tables from the database at `url`, then create them as 16 hash partitions."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql("DROP SCHEMA public CASCADE; CREATE SCHEMA public")
+    partitions.partition(engine, 16)
+    engine.dispose()
 
 
 def main() -> int:
@@ -116,6 +169,7 @@ def main() -> int:
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--samples", type=int, default=1000)
     parser.add_argument("--postgres", default=os.environ.get("PRUNESTORE_TEST_POSTGRES_URL", ""))
+    parser.add_argument("--partitioned", default="", help="A PostgreSQL database to empty and partition.")
     parser.add_argument("--budget", type=int, help="Also run a store with this budget, side by side.")
     parser.add_argument("--clear", type=int, default=0, help="Its clear_at_least.")
     args = parser.parse_args()
@@ -124,25 +178,32 @@ def main() -> int:
     if args.budget:
         policies[f"budget {args.budget}/{args.clear}"] = Policy(budget=args.budget, clear_at_least=args.clear)
     results: dict[str, list[tuple[int, float, float]]] = {}
+    floors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         backends = [("SQLite (file, WAL)", lambda label: f"sqlite:///{Path(tmp) / label.replace('/', '-')}.db")]
         if args.postgres:
             backends.append(("PostgreSQL", lambda label: args.postgres))
+        if args.partitioned:
+            empty_and_partition(args.partitioned)
+            backends.append(("PostgreSQL, 16 partitions", lambda label: args.partitioned))
         for name, url in backends:
             print(f"{name}:", flush=True)
             # A database records one policy: on PostgreSQL (one database given) only the default runs.
             chosen = policies if name.startswith("SQLite") else {"default": Policy()}
             stores = {label: PruneStore(url(label), policy=policy) for label, policy in chosen.items()}
-            for label, rows in measure(stores, sizes, args.samples).items():
+            measured, floor = measure(stores, sizes, args.samples)
+            for label, rows in measured.items():
                 results[f"{name}, {label}"] = rows
+                floors[f"{name}, {label}"] = floor[label]
             for store in stores.values():
                 store.close()
     print()
-    print(f"{'backend, policy':<34} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8}")
+    print(f"{'backend, policy':<38} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8} {'insert p50':>11} {'/ insert':>9}")
     for name, rows in results.items():
         for size, p50, p99 in rows:
-            print(f"{name:<34} {size:>9,} {p50:>8.3f} {p99:>8.3f}")
-        print(f"{name:<34} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
+            floor = floors[name]
+            print(f"{name:<38} {size:>9,} {p50:>8.3f} {p99:>8.3f} {floor:>11.3f} {p50 / floor:>8.2f}x")
+        print(f"{name:<38} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
     return 0
 
 

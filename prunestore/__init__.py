@@ -27,6 +27,7 @@ from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
 from .prune import PruneResult, prune
 from .results import (
+    Cause,
     Delta,
     Entry,
     Explanation,
@@ -62,6 +63,7 @@ __all__ = [
     "RenderReport",
     "Delta",
     "Explanation",
+    "Cause",
     "Mismatch",
     "Stats",
     "VerdictStats",

@@ -27,7 +27,7 @@ from datetime import timedelta
 from typing import Any
 
 from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Options
-from .formats import Rendered
+from .formats import Dropped, Format, Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
 from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
@@ -222,7 +222,7 @@ class AsyncPruneStore:
     async def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
         return await self._call(PruneStore.messages, session, ids)
 
-    async def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
+    async def render(self, session: str, format: Format = "openai", *, dropped: Dropped = "omit") -> Rendered:
         return await self._call(PruneStore.render, session, format, dropped=dropped)
 
     async def sessions(

@@ -27,7 +27,7 @@ from .model import (
 )
 from .results import Delta
 from .sql.driver import Driver
-from .sql.locked_rows import LockedRows
+from .sql.locked_rows import AheadRows, LockedRows, read_ahead
 from .sql.rows import MESSAGES_BY_ID, SessionRow, stored_message
 from .sql.sessions import lock_session_for_append
 from .sql.undo import journal_entry
@@ -167,8 +167,9 @@ def append_locked(
     """
     batch = [s.message for s in states if s.message is not None]
     ids = list({s.id: None for s in states})
+    ahead = None
     if locked is None:
-        row, stored = lock_session_for_append(driver, name, ids)
+        row, stored, ahead = lock_session_for_append(driver, name, ids, read_ahead(driver, states))
     else:
         row = locked
         found = driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids) if row.last_seq else []
@@ -176,7 +177,7 @@ def append_locked(
     if not isinstance(policy, Policy):
         policy = policy(driver, row)
     before = row.stamp
-    rows = LockedRows(driver, row)
+    rows = AheadRows(driver, row, ahead) if ahead is not None else LockedRows(driver, row)
     fresh: list[MsgState] = []
     seen: dict[str, Message] = {}
     turn = row.current_turn

@@ -13,10 +13,11 @@ import time
 from datetime import timedelta
 
 from .errors import InvalidArgumentError, shorten
-from .lifecycle import delete_rows
 from .model import storable_text_problem
 from .results import SessionSummary
 from .sql.driver import Driver, Statement
+from .sql.rows import SUMMARY_COLUMNS, session_summary
+from .sql.sessions import delete_rows
 
 __all__ = [
     "check_whole",
@@ -53,7 +54,6 @@ def _page(columns: str, prefix: bool, idle: bool) -> Statement:
 
 
 _NAMES = {(prefix, idle): _page("name", prefix, idle) for prefix in (False, True) for idle in (False, True)}
-SUMMARY_COLUMNS = "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at"
 _SUMMARIES = {
     (prefix, idle): _page(SUMMARY_COLUMNS, prefix, idle) for prefix in (False, True) for idle in (False, True)
 }
@@ -138,7 +138,7 @@ def list_summaries(driver: Driver, page: dict, order: str = "name") -> list[Sess
         statement = _SUMMARIES["prefix" in page, "cutoff" in page]
     else:
         statement = _SORTED[order, "prefix" in page, "after_value" in page]
-    return [SessionSummary(*row) for row in driver.all(statement, page)]
+    return [session_summary(row) for row in driver.all(statement, page)]
 
 
 def count_sessions(driver: Driver, page: dict) -> int:

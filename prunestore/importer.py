@@ -251,7 +251,9 @@ def _append(store: PruneStore, prepared: Future, source: str, done: _Progress) -
     try:
         deltas = store._append_states(by_session.items())
     except (DuplicateMessageError, TurnOrderError) as exc:
-        lines = [r[-1] for r in records if (r[0], r[1]["id"]) == (exc.session, exc.message_id)]
+        lines = [
+            line for session, fields, *_, line in records if (session, fields["id"]) == (exc.session, exc.message_id)
+        ]
         if not lines:
             raise
         line = lines[1] if isinstance(exc, DuplicateMessageError) and len(lines) > 1 else lines[0]

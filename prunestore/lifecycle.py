@@ -23,17 +23,16 @@ from .sql.rows import (
     AUDIT,
     DELETE_HOLDER,
     FULL_COLUMNS,
-    MESSAGE_WIDTH,
-    TOKENS_COLUMN,
-    VERDICT_COLUMN,
     SessionRow,
     Totals,
+    audited,
     decode_content,
+    hashed,
     join_keys,
-    stored_message,
+    verdict_row,
 )
 from .sql.schema import MESSAGES
-from .sql.sessions import create_session, find_session, lock_session, update_session
+from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
 from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 
 __all__ = [
@@ -43,16 +42,11 @@ __all__ = [
     "copy_prefix",
     "fork_into",
     "lock_existing",
-    "delete_rows",
     "seq_of",
     "delta_between",
     "MESSAGE_AT",
 ]
 
-_DELETE_DERIVED = [
-    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_keys", "prunestore_hash_holders")
-]
 _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
     "WHERE session_id = :sid AND seq = :seq"
@@ -79,18 +73,14 @@ _COPY_PREFIX = Statement(
     f"INSERT INTO prunestore_messages (session_id, {_COPIED_COLUMNS}) "
     f"SELECT :new_sid, {_COPIED_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq <= :cut"
 )
-_DELETE_SESSION = _DELETE_DERIVED + [
-    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_messages", "prunestore_sessions")
-]
 
 
 def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     """Rewrite every derived row and column of the session from its messages."""
-    rows = driver.all(AUDIT, {"sid": row.session_id})
-    stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
+    rows = [audited(r) for r in driver.all(AUDIT, {"sid": row.session_id})]
+    stored = [r.message for r in rows]
     expected = expected_state(stored, policy)
-    for statement in _DELETE_DERIVED:
+    for statement in DELETE_DERIVED:
         driver.run(statement, {"sid": row.session_id})
     driver.run(CLEAR_JOURNAL, {"sid": row.session_id})  # what it recorded no longer matches the state
     keys_and_hash = [
@@ -102,15 +92,14 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
             "eff_refs": join_keys(s.refs),
         }
         for s, r in zip(expected.states, rows, strict=True)
-        if (bytes(r[MESSAGE_WIDTH]), r[MESSAGE_WIDTH + 1], r[MESSAGE_WIDTH + 2])
-        != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
+        if (r.content_hash, r.eff_defines, r.eff_refs) != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
     ]
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     held = (expected.prompt or PromptCounters()).held_below
     changed = [
         s
         for s, m, r in zip(expected.states, stored, rows, strict=True)
-        if (s.base, s.verdict, held(s)) != (m.base, m.verdict, bool(r[MESSAGE_WIDTH + 3]))
+        if (s.base, s.verdict, held(s)) != (m.base, m.verdict, r.held)
     ]
     LockedRows(driver, row).write_back(
         new=[],
@@ -170,23 +159,22 @@ def cut(
     stamp = row.stamp
 
     undo = read_undo(driver, sid, *journaled)
-    tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
+    raw_tail = driver.all(_TAIL, {"sid": sid, "since": undo.since})
+    tail = [hashed(r) for r in raw_tail]
     touched = list(undo.verdicts)
-    before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [
-        (r[0], r[1], r[VERDICT_COLUMN], r[TOKENS_COLUMN]) for r in tail
-    ]
+    before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [verdict_row(r) for r in raw_tail]
     apply_undo(driver, sid, undo)
-    driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": bytes(r[-1]), "seq": r[0]} for r in tail])
+    driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": m.seq} for m, h in tail])
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
-    kept = [stored_message(r[:MESSAGE_WIDTH]) for r in tail if r[0] <= cut]
+    kept = [m for m, _ in tail if m.seq <= cut]
     again: list[Write] = []
     if kept:
         append_locked(driver, name, [new_state(m.to_message(), m.tokens) for m in kept], policy, again)
     after = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched + [m.seq for m in kept])
     if writes is not None:
         # The rows whose verdict went back, every row of the tail, and what appending the kept ones changed.
-        written = touched + [r[0] for r in tail] + [seq for write in again for seq in write[4]]
+        written = touched + [m.seq for m, _ in tail] + [seq for write in again for seq in write[4]]
         now = again[-1][3] if again else row.stamp
         assert now is not None  # update_session set it
         writes.append((name, sid, stamp, now, written, undo.since - 1))
@@ -226,12 +214,6 @@ def fork_into(driver: Driver, row: SessionRow, at: int, new: str, policy: Policy
     new_row.generation = row.generation  # the copied messages were counted under the settings of `row`
     copy_prefix(driver, row, new_row, at)
     rebuild_session(driver, new_row, policy)
-
-
-def delete_rows(driver: Driver, sid: int) -> None:
-    """Every row of the session, its own row last."""
-    for statement in _DELETE_SESSION:
-        driver.run(statement, {"sid": sid})
 
 
 def seq_of(driver: Driver, name: str, row: SessionRow, field: str, message_id: str) -> int:

@@ -23,19 +23,27 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from operator import itemgetter
 from typing import Any
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
 from .sql.driver import Driver
-from .sql.rows import ALL_MESSAGES, ANY_BY_SEQ, LIVE_BY_SEQ, LIVE_MESSAGES, SessionRow, stored_message
+from .sql.rows import (
+    ALL_MESSAGES,
+    ANY_BY_SEQ,
+    LIVE_BY_SEQ,
+    LIVE_MESSAGES,
+    SessionRow,
+    content_column,
+    metadata_column,
+    seq_column,
+    stored_message,
+)
 from .views import Form, View, ViewEntry
 
 __all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes", "read_live", "read_view"]
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
-_SEQ, _CONTENT, _METADATA = itemgetter(0), itemgetter(3), itemgetter(6)  # columns of FULL_COLUMNS
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
 
 
@@ -48,7 +56,7 @@ def check_cache_bytes(live_cache_bytes: object) -> None:
 
 def _size(rows: list[tuple]) -> int:
     """Roughly the bytes the rows take: their content and metadata text (columns 3 and 6), plus overhead."""
-    text = sum(map(len, map(_CONTENT, rows))) + sum(map(len, filter(None, map(_METADATA, rows))))
+    text = sum(map(len, map(content_column, rows))) + sum(map(len, filter(None, map(metadata_column, rows))))
     return text + len(rows) * _ROW_OVERHEAD
 
 
@@ -77,8 +85,10 @@ class Entry:
         rows, shared = self.rows, self.shared
         found = [i for i in (_position(rows, seq) for seq in sorted(self.pending)) if i >= 0]
         size = self.size - _size([rows[i] for i in found]) + _size(fresh)
-        rows, shared = _without(rows, found), _without(shared, found)
-        places = [(bisect_left(rows, r[0], key=_SEQ), r) for r in sorted(fresh)]  # rows sort by seq first
+        rows, shared = _without(rows, found), _without(shared, found)  # rows sort by seq first
+        places = [
+            (bisect_left(rows, seq_column(r), key=seq_column), r) for r in sorted(fresh)
+        ]  # rows sort by seq first
         messages = [(i, stored_message(r, frozen=True)) for i, r in places]
         return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
 
@@ -88,7 +98,7 @@ class Entry:
 
 def _position(rows: list[tuple], seq: int) -> int:
     """Where the row of `seq` is in `rows` (sorted by seq), or -1."""
-    i = bisect_left(rows, seq, key=_SEQ)
+    i = bisect_left(rows, seq, key=seq_column)
     return i if i < len(rows) and rows[i][0] == seq else -1
 
 

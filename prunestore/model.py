@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sized
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
-from typing import Any, TypeVar
+from typing import Any, Final, Literal, TypeVar, get_args
 
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
 from .text import KEY_PATTERN, marker_defines, marker_refs
@@ -27,17 +28,34 @@ __all__ = [
     "unchecked",
 ]
 
-ROLES = frozenset({"system", "user", "assistant", "tool_output", "retrieved_doc"})
+Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc"]
+Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending"]
+RestoreMode = Literal["transitive", "direct"]
 
-KEPT = "kept"
-RESTORED = "restored"
-SUPERSEDED = "superseded"
-EXPIRED = "expired"
-DUPLICATE = "duplicate"
-EVICTED = "evicted"  # live by the passes, taken out of the prompt to stay under the budget
-PENDING = "pending"  # dropped by the passes, still in the prompt until the next removal event
+ROLES: frozenset[str] = frozenset(get_args(Role))
+
+KEPT: Final = "kept"
+RESTORED: Final = "restored"
+SUPERSEDED: Final = "superseded"
+EXPIRED: Final = "expired"
+DUPLICATE: Final = "duplicate"
+EVICTED: Final = "evicted"  # kept by the passes, taken out of the prompt to stay under the budget
+PENDING: Final = "pending"  # dropped by the passes, still in the prompt until the next removal event
 VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING)
-LIVE_VERDICTS = (KEPT, RESTORED, PENDING)  # what goes into the prompt
+# The verdict sets, defined here once and used by the engine, the SQL text (`sql.rows.sql_set`) and the views.
+LIVE_VERDICTS = (KEPT, RESTORED, PENDING)  # live: what goes into the prompt
+SURVIVING_VERDICTS = (KEPT, RESTORED)  # in the prompt because the passes keep it (not pending)
+BUDGET_VERDICTS = (EVICTED, PENDING)  # the verdicts only a budget or removal events give
+# Bases neither superseded nor expired: what pass 2 groups by content, and what a turn may still expire.
+PASS_1_SURVIVORS = (KEPT, DUPLICATE)
+# Messages whose refs may count for their definers: the passes keep them, in the prompt or evicted from it.
+REFERRING_VERDICTS = (KEPT, RESTORED, EVICTED)
+
+
+def was_restored(base: str, verdict: str) -> bool:
+    """Whether restoration is what keeps a message, from its stored base and verdict: an evicted one
+    keeps the base it had, so it was restored unless its base is kept."""
+    return verdict == RESTORED or (verdict == EVICTED and base != KEPT)
 
 
 def _fail(field_name: str, value: object, why: str) -> InvalidMessageError:
@@ -86,7 +104,7 @@ class Message:
     """One chat message, as the caller hands it to `prune` or `PruneStore.append`."""
 
     id: str
-    role: str
+    role: Role
     content: str
     turn: int
     tool_key: str | None = None
@@ -193,9 +211,9 @@ class StoredMessage(Message):
     """
 
     seq: int
-    verdict: str
+    verdict: Verdict
     tokens: int
-    base: str
+    base: Verdict  # the verdict of passes 1-2 alone: kept, superseded, expired or duplicate
 
     def __post_init__(self) -> None:
         """Rows read back were validated on the way in; skip the checks."""
@@ -244,11 +262,11 @@ class Policy:
     See docs/semantics.md, "Budget and removal events".
     """
 
-    dedupe_roles: frozenset[str] = frozenset({"retrieved_doc"})
-    restore: str = "transitive"
+    dedupe_roles: AbstractSet[str] = frozenset({"retrieved_doc"})  # stored as a frozenset
+    restore: RestoreMode = "transitive"
     budget: int | None = None
     clear_at_least: int = 0
-    pinned_roles: frozenset[str] = frozenset({"system"})
+    pinned_roles: AbstractSet[str] = frozenset({"system"})
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))

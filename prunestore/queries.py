@@ -10,17 +10,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from .audit import compare
-from .catalog import SUMMARY_COLUMNS
 from .engine.state import new_state
 from .errors import no_such_message
 from .model import (
     DUPLICATE,
     EVICTED,
     EXPIRED,
-    KEPT,
     LIVE_VERDICTS,
     PENDING,
-    RESTORED,
+    REFERRING_VERDICTS,
     SUPERSEDED,
     VERDICTS,
     Policy,
@@ -28,6 +26,7 @@ from .model import (
     check_identifier,
     supports,
     unchecked,
+    was_restored,
 )
 from .results import (
     Entry,
@@ -41,7 +40,21 @@ from .results import (
     Window,
 )
 from .sql.driver import Driver, Statement
-from .sql.rows import AUDIT, FULL_COLUMNS, MESSAGE_WIDTH, SessionRow, message_columns, split_keys, stored_message
+from .sql.rows import (
+    AUDIT,
+    FULL_COLUMNS,
+    HISTORY_COLUMNS,
+    SUMMARY_COLUMNS,
+    SessionRow,
+    audited,
+    hashed,
+    history_point,
+    message_columns,
+    session_summary,
+    split_keys,
+    sql_set,
+    with_length,
+)
 from .sql.undo import changed_by_append
 
 __all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
@@ -61,7 +74,7 @@ _FIRST_CHARS = {
 }
 # The rows each append's last message carries, read from their partial index alone.
 _HISTORY = Statement(
-    "SELECT seq, turn, tokens_after, live_tokens_after, events_after, generation_after FROM prunestore_messages "
+    f"SELECT {HISTORY_COLUMNS} FROM prunestore_messages "
     "WHERE session_id = :sid AND live_tokens_after IS NOT NULL ORDER BY seq"
 )
 _SUMMARY = Statement(f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
@@ -80,7 +93,7 @@ _DEFINED_KEYS = Statement(
 )
 _LIVE_REFS = Statement(
     "SELECT id, eff_refs, base, verdict FROM prunestore_messages WHERE session_id = :sid "
-    "AND verdict IN ('kept', 'restored', 'evicted') AND eff_refs <> '' ORDER BY seq"
+    f"AND verdict IN {sql_set(REFERRING_VERDICTS)} AND eff_refs <> '' ORDER BY seq"
 )
 _STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
 _STATS_ONE = Statement(
@@ -107,7 +120,8 @@ def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy
     found = driver.first(_ONE, {"sid": row.session_id, "id": message_id})
     if found is None:
         raise no_such_message("message_id", message_id, session)
-    return Entry(stored_message(found[:MESSAGE_WIDTH]), _explained(driver, session, row, found, policy, referrers=True))
+    message, content_hash = hashed(found)
+    return Entry(message, _explained(driver, session, row, message, content_hash, policy, referrers=True))
 
 
 @dataclass(frozen=True)
@@ -177,10 +191,8 @@ def window(
     only = only or Filter()
     rows = driver.all(only.statement(driver.postgres, chars is not None), {**params, **only.params()})
     entries = []
-    for r in rows:
-        message = stored_message(r[:MESSAGE_WIDTH])
-        length = r[-1] if r[-1] >= 0 else len(message.content)
-        explanation = _explained(driver, session, row, r, policy, referrers=False)
+    for message, content_hash, length in map(with_length, rows):
+        explanation = _explained(driver, session, row, message, content_hash, policy, referrers=False)
         entries.append(Entry(_clipped(message, chars), explanation, length))
     return Window(summary(driver, row.session_id), after, tuple(entries))
 
@@ -194,21 +206,26 @@ def _clipped(message: StoredMessage, chars: int | None) -> StoredMessage:
 
 def history(driver: Driver, sid: int) -> list[HistoryPoint]:
     """The session's totals as each append left them, in order."""
-    return [HistoryPoint(*r) for r in driver.all(_HISTORY, {"sid": sid})]
+    return [history_point(r) for r in driver.all(_HISTORY, {"sid": sid})]
 
 
 def summary(driver: Driver, sid: int) -> SessionSummary:
     row = driver.first(_SUMMARY, {"sid": sid})
     assert row is not None  # the caller read the session's row in this transaction
-    return SessionSummary(*row)
+    return session_summary(row)
 
 
 def _explained(
-    driver: Driver, session: str, row: SessionRow, found: tuple, policy: Policy, referrers: bool
+    driver: Driver,
+    session: str,
+    row: SessionRow,
+    message: StoredMessage,
+    content_hash: bytes,
+    policy: Policy,
+    referrers: bool,
 ) -> Explanation:
-    """The explanation of a message read with `FULL_COLUMNS` and its content hash; `referrers` looks up `needed_by`."""
+    """The explanation of a stored message; `referrers` looks up `needed_by`."""
     sid = row.session_id
-    message, content_hash = stored_message(found[:MESSAGE_WIDTH]), bytes(found[MESSAGE_WIDTH])
     superseded_by = duplicate_of = None
     if message.base == SUPERSEDED:
         superseded_by = driver.scalar(_NEXT_HOLDER, {"sid": sid, "tool_key": message.tool_key, "seq": message.seq})
@@ -216,7 +233,7 @@ def _explained(
         duplicate_of = driver.scalar(_FIRST_COPY, {"sid": sid, "content_hash": content_hash})
     needed_for: tuple[str, ...] = ()
     needed_by: tuple[str, ...] = ()
-    if _restored(message.base, message.verdict):
+    if was_restored(message.base, message.verdict):
         needed_for = _needed_for(driver, sid, message)
         if referrers:
             needed_by = _referrers(driver, sid, message, needed_for, policy)
@@ -269,11 +286,6 @@ def _eviction(driver: Driver, sid: int, seq: int) -> tuple[int, str] | None:
     return None
 
 
-def _restored(base: str, verdict: str) -> bool:
-    """Restored by the passes (an evicted message keeps the base verdict it had)."""
-    return verdict == RESTORED or (verdict == EVICTED and base != KEPT)
-
-
 def _needed_for(driver: Driver, sid: int, message: StoredMessage) -> tuple[str, ...]:
     """The keys this message is the last definer of that something refers to."""
     defines = sorted(new_state(message, 0).defines)
@@ -293,7 +305,7 @@ def _referrers(
         id_
         for id_, refs, base, verdict in driver.all(_LIVE_REFS, {"sid": sid})
         if id_ != message.id
-        and supports(base, _restored(base, verdict), policy.transitive)
+        and supports(base, was_restored(base, verdict), policy.transitive)
         and wanted.intersection(split_keys(refs))
     ]
     return tuple(users)
@@ -331,13 +343,13 @@ def verify(
     driver: Driver, name: str, row: SessionRow, policy: Policy, count: Callable[[str], int] | None = None
 ) -> tuple[int, list[Mismatch]]:
     """Rerun `prune` over one session's stored messages: how many were checked, and every difference."""
-    rows = driver.all(AUDIT, {"sid": row.session_id})
-    stored = [stored_message(r[:MESSAGE_WIDTH]) for r in rows]
+    rows = [audited(r) for r in driver.all(AUDIT, {"sid": row.session_id})]
+    stored = [r.message for r in rows]
     mismatches = compare(
         name,
         (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor, *row.totals),
         stored,
-        [(bytes(r[MESSAGE_WIDTH]), *r[MESSAGE_WIDTH + 1 : MESSAGE_WIDTH + 4]) for r in rows],
+        [(r.content_hash, r.eff_defines, r.eff_refs, r.held) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
         policy,

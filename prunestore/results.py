@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .model import StoredMessage
+from .model import LIVE_VERDICTS, StoredMessage
 
 __all__ = [
     "Delta",
     "Explanation",
+    "Cause",
     "Mismatch",
     "VerifyReport",
     "VerdictStats",
@@ -79,41 +80,112 @@ class Explanation:
     @property
     def live(self) -> bool:
         """In the prompt."""
-        return self.verdict in ("kept", "restored", "pending")
+        return self.verdict in LIVE_VERDICTS
+
+    @property
+    def causes(self) -> tuple[Cause, ...]:
+        """Why, as causes in parts: `reason` joins their text, the web view links their ids."""
+        causes = []
+        if self.verdict == "evicted":  # first: that it is out of the prompt is the point
+            when = (
+                ("text", f"at the removal event of turn {self.evicted_at_turn}")
+                if self.evicted_at_turn is not None
+                else ("text", "at a removal event")
+            )
+            causes.append(
+                Cause(
+                    "evicted",
+                    (("text", "evicted to stay under the budget of "), ("number", self.budget), ("text", " tokens: "))
+                    + (when,)
+                    + (
+                        (
+                            "text",
+                            " the prompt was over it, and this was among the oldest messages nothing in the "
+                            "prompt needed",
+                        ),
+                    ),
+                )
+            )
+        if self.base == "kept" and self.verdict != "evicted":
+            causes.append(Cause("kept", (("text", "kept: nothing supersedes, expires or duplicates it"),)))
+        if self.base == "superseded":
+            causes.append(
+                Cause(
+                    "superseded", (("text", "superseded by "), ("id", self.superseded_by), ("text", " (same tool key)"))
+                )
+            )
+        if self.base == "expired":
+            causes.append(
+                Cause(
+                    "expired",
+                    (
+                        ("text", "expired after turn "),
+                        ("number", self.expires_after_turn),
+                        ("text", " (the session is at turn "),
+                        ("number", self.current_turn),
+                        ("text", ")"),
+                    ),
+                )
+            )
+        if self.base == "duplicate":
+            causes.append(Cause("duplicate", (("text", "duplicate of "), ("id", self.duplicate_of))))
+        if self.needed_for:
+            users = ("ids", self.needed_by) if self.needed_by else ("referrers", self.message_id)
+            verb = "refers" if len(self.needed_by) == 1 else "refer"
+            causes.append(
+                Cause(
+                    "restored",
+                    (("text", "restored: it defines "), ("keys", self.needed_for), ("text", ", which "), users)
+                    + (("text", f" {verb} to"),),
+                )
+            )
+        if self.verdict == "pending":
+            causes.append(
+                Cause(
+                    "pending",
+                    (
+                        ("text", "still in the prompt until the next removal event ("),
+                        ("number", self.pending_tokens),
+                        ("text", " tokens pending, an event at "),
+                        ("number", self.clear_at_least),
+                        ("text", " or over the budget)"),
+                    ),
+                )
+            )
+        return tuple(causes)
 
     @property
     def reason(self) -> str:
         """One line for people."""
-        parts = []
-        if self.verdict == "evicted":  # first: that it is out of the prompt is the point
-            when = (
-                f"at the removal event of turn {self.evicted_at_turn}"
-                if self.evicted_at_turn is not None
-                else ("at a removal event")
-            )
-            parts.append(
-                f"evicted to stay under the budget of {self.budget} tokens: {when} the prompt was over it, and this "
-                "was among the oldest messages nothing in the prompt needed"
-            )
-        if self.base == "kept" and self.verdict != "evicted":
-            parts.append("kept: nothing supersedes, expires or duplicates it")
-        if self.base == "superseded":
-            parts.append(f"superseded by {self.superseded_by!r} (same tool key)")
-        if self.base == "expired":
-            parts.append(f"expired after turn {self.expires_after_turn} (session is at turn {self.current_turn})")
-        if self.base == "duplicate":
-            parts.append(f"duplicate of {self.duplicate_of!r}")
-        if self.needed_for:
-            keys = ", ".join(self.needed_for)
-            users = ", ".join(repr(i) for i in self.needed_by) or "live messages"
-            verb = "refers" if len(self.needed_by) == 1 else "refer"
-            parts.append(f"restored: it defines {keys}, which {users} {verb} to")
-        if self.verdict == "pending":
-            parts.append(
-                f"still in the prompt until the next removal event ({self.pending_tokens} tokens pending, "
-                f"an event at {self.clear_at_least} or over the budget)"
-            )
-        return "; ".join(parts)
+        return "; ".join(cause.text for cause in self.causes)
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One reason in an `Explanation`: its kind, and its words in parts a view renders as it likes.
+
+    A part is ``(kind, value)``: ``text``, ``number``, ``id`` (a message id),
+    ``ids`` and ``keys`` (tuples of them), ``referrers`` (the live messages
+    that refer to the explained message, whose id is the value).
+    """
+
+    kind: str  # "evicted", "kept", "superseded", "expired", "duplicate", "restored", "pending"
+    parts: tuple[tuple[str, object], ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(_as_text(kind, value) for kind, value in self.parts)
+
+
+def _as_text(kind: str, value: object) -> str:
+    if kind == "id":
+        return repr(value)
+    if kind in ("ids", "keys"):
+        assert isinstance(value, tuple)
+        return ", ".join(repr(v) if kind == "ids" else str(v) for v in value)
+    if kind == "referrers":
+        return "live messages"
+    return str(value)
 
 
 @dataclass(frozen=True)

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from sqlalchemy.engine import Engine
 
-from . import catalog, queries
 from .appending import (
     DEFAULT_MAX_CONTENT_BYTES,
     DEFAULT_MAX_METADATA_BYTES,
@@ -18,56 +16,39 @@ from .appending import (
     Write,
     append_locked,
     as_batch,
-    check_ids,
     check_session_name,
 )
 from .engine.state import MsgState
 from .errors import (
     DatabaseError,
-    InvalidArgumentError,
     InvalidMessageError,
     InvalidPolicyError,
-    PolicyMismatchError,
-    SessionNotFoundError,
     TokenizerMismatchError,
-    no_such_message,
     shorten,
 )
-from .formats import Rendered, render
-from .lifecycle import MESSAGE_AT, cut, delete_rows, fork_into, lock_existing, rebuild_session, recount, seq_of
-from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes, read_live, read_view
+from .lifecycle import MESSAGE_AT, cut, fork_into, lock_existing, rebuild_session, recount, seq_of
+from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import (
-    ROLES,
-    VERDICTS,
     Message,
     Policy,
     StoredMessage,
 )
 from .results import (
     Delta,
-    Entry,
-    Explanation,
-    GcReport,
-    HistoryPoint,
-    SessionSummary,
-    Stats,
-    VerifyReport,
-    Window,
 )
 from .sql import db
 from .sql.driver import Driver
-from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
-from .sql.sessions import UNSETTLED, SessionState, find_session, lock_session, lock_session_for_append
+from .sql.rows import SessionRow, stored_message
+from .sql.sessions import UNSETTLED, SessionState, delete_rows, lock_session, lock_session_for_append
 from .sql.settings import (
-    DEFAULT_TOKENIZER,
     Settings,
     load_tokenizer,
     read_settings,
-    recorded_policies,
+    recorded_settings,
     tokenizer_name,
     write_settings,
 )
-from .views import Form
+from .store_reads import StoreReads
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
@@ -85,7 +66,7 @@ class _Restart(Exception):
     """The store's tokenizer changed since the messages were counted: count them again, then write."""
 
 
-class PruneStore:
+class PruneStore(StoreReads):
     """A persistent, incrementally pruned message store (SQLite or PostgreSQL).
 
     The policy and the tokenizer are recorded in the store when it is created;
@@ -140,7 +121,7 @@ class PruneStore:
         self.live_cache = live_cache
         try:
             db.ensure_schema(self.engine, create=create)
-            self._settings = _recorded_settings(self.engine, policy, options.tokenizer)
+            self._settings = recorded_settings(self.engine, policy, options.tokenizer)
         except BaseException:
             self.engine.dispose()
             raise
@@ -286,7 +267,7 @@ class PruneStore:
                 deltas[name] = append_locked(driver, name, states, self._settled, writes)
             return deltas
 
-        return self._writing(action, run)
+        return self._writing(action, run, pipelined=True)
 
     def append_with(self, session: str, build: Callable[[SessionState], Message | Iterable[Message]]) -> Delta:
         """Append what `build` makes of the session's state, read under the session's write lock.
@@ -300,22 +281,25 @@ class PruneStore:
         name = check_session_name(session)
 
         def run(driver: Driver, writes: list[Write]) -> Delta:
-            row, _ = lock_session_for_append(driver, name, [])
+            row, _, _ = lock_session_for_append(driver, name, [])
             policy = self._settled(driver, row)
             states = self.options.prepare(build(SessionState(driver, row)))
             return append_locked(driver, name, states, policy, writes, locked=row) if states else Delta()
 
-        return self._writing(f"append to session {name!r}", run, restarts=True)
+        return self._writing(f"append to session {name!r}", run, restarts=True, pipelined=True)
 
-    def _writing(self, action: str, run: Callable[[Driver, list[Write]], _T], restarts: bool = False) -> _T:
+    def _writing(
+        self, action: str, run: Callable[[Driver, list[Write]], _T], restarts: bool = False, pipelined: bool = False
+    ) -> _T:
         """Run `run` in a write transaction, again where PostgreSQL asks for it; then move the live cache on.
 
         With `restarts`, `run` counts its messages itself, and runs again after a tokenizer change.
+        `pipelined`: see `db.transaction`.
         """
         for attempt in range(_ATTEMPTS):
             writes: list[Write] = []
             try:
-                with db.transaction(self.engine, action, write=True) as driver:
+                with db.transaction(self.engine, action, write=True, pipelined=pipelined) as driver:
                     result = run(driver, writes)
             except _Restart:
                 if restarts and attempt + 1 < _ATTEMPTS:
@@ -440,288 +424,3 @@ class PruneStore:
             fork_into(driver, row, at, new, self._settled(driver, row))
 
         self._writing(f"fork session {name!r} into {new!r}", run, restarts=True)
-
-    # -- reads --------------------------------------------------------------
-
-    def _session(self, driver: Driver, session: str) -> SessionRow:
-        row = find_session(driver, check_session_name(session))
-        if row is None:
-            raise SessionNotFoundError(f"session={shorten(session)}: no such session")
-        return row
-
-    def _names(self, driver: Driver, session: str | None) -> list[str]:
-        if session is None:
-            return catalog.list_names(driver, catalog.page_params(None, None, None, None))
-        self._session(driver, session)
-        return [session]
-
-    def live(self, session: str) -> list[StoredMessage]:
-        """The live messages, in append order: what goes into the prompt.
-
-        Their metadata is read-only (`prunestore.frozen`): the messages are
-        shared between calls. The list is kept in memory (`PruneStore(live_cache_bytes=...)`, see
-        `prunestore.livecache`): a call after this store's own append reads
-        the session's row and the rows that append changed, not the session.
-        """
-        # One snapshot, so that the rows read belong to the stamp read.
-        with db.transaction(self.engine, f"read session {session!r}", snapshot=self.live_cache.max_bytes > 0) as d:
-            return read_live(self.live_cache, d, session, self._session(d, session))
-
-    def view(self, session: str, form: Form) -> list[Any]:
-        """The session's prompt as a framework's objects (see `prunestore.views`), in append order.
-
-        Kept in memory beside the live list, and patched the same way: a call
-        after this store's own append reads the session's row and the rows
-        that append changed. The list is new on every call; the objects in it
-        are shared between calls and must not be changed.
-        """
-        with db.transaction(self.engine, f"read session {session!r}", snapshot=self.live_cache.max_bytes > 0) as d:
-            return read_view(self.live_cache, d, session, self._session(d, session), form)
-
-    def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
-        """Every message of the session with its verdict, in append order; with `ids`, only those.
-
-        `messages(session, ids=delta.live_added)` is what a client that keeps
-        its prompt up to date from each append's `Delta` lacks: the new live
-        messages, and old ones brought back (it may have dropped them). It
-        reads those rows only, so the turn costs the same at any length.
-        """
-        wanted = None if ids is None else check_ids(ids)
-        with db.transaction(self.engine, f"read session {session!r}") as driver:
-            sid = self._session(driver, session).session_id
-            if wanted is None:
-                return [stored_message(r) for r in driver.all(ALL_MESSAGES, {"sid": sid})]
-            found = [stored_message(r) for r in driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", wanted)]
-        missing = set(wanted).difference(m.id for m in found)
-        if missing:
-            first = next(i for i in wanted if i in missing)
-            raise no_such_message("ids", first, session)
-        return sorted(found, key=lambda m: m.seq)
-
-    def render(self, session: str, format: str = "openai", *, dropped: str = "omit") -> Rendered:
-        """The session's live history as a prompt the provider accepts: see `prunestore.formats.render`.
-
-        `format` is "openai", "anthropic" or "text"; `dropped` is "omit" or
-        "placeholder" (a pruned tool result keeps its call and says why it is gone).
-        """
-        return render(self.messages(session), format, dropped)
-
-    def sessions(
-        self,
-        prefix: str | None = None,
-        *,
-        idle_for: timedelta | float | None = None,
-        limit: int | None = None,
-        after: str | None = None,
-    ) -> list[str]:
-        """Session names in order: those starting with `prefix`, last written at least `idle_for` ago.
-
-        Pass `limit` for a page and the page's last name as `after` for the
-        next one; each page costs the same however deep it lies. `idle_for`
-        is a timedelta or seconds, to the second.
-        """
-        page = catalog.page_params(prefix, idle_for, limit, after)
-        with db.transaction(self.engine, "list sessions") as driver:
-            return catalog.list_names(driver, page)
-
-    def gc(self, idle_for: timedelta | float, *, dry_run: bool = False, batch_size: int = 100) -> GcReport:
-        """Delete every session last written at least `idle_for` ago, `batch_size` sessions a transaction.
-
-        A transaction also ends after 2,000 messages, so writers to other
-        sessions wait briefly however long the idle sessions are.
-
-        A session written while this runs is kept. With `dry_run`, nothing is
-        deleted and the report says what would be.
-        """
-        page = catalog.page_params(None, idle_for, batch_size, None, limit_field="batch_size")
-        removed: list[str] = []
-        messages = 0
-        while True:
-            with db.transaction(self.engine, "remove idle sessions", write=not dry_run) as driver:
-                batch, last = catalog.remove_idle(driver, page, dry_run)
-            for name, count in batch:
-                removed.append(name)
-                messages += count
-                if not dry_run:
-                    self.live_cache.forget(name)
-            if last is None:
-                return GcReport(tuple(removed), messages, dry_run)
-            page["after"] = last
-
-    def explain(self, session: str, message_id: str) -> Explanation:
-        """The verdict of one message and what caused it."""
-        return self.entry(session, message_id).explanation
-
-    def summaries(
-        self,
-        prefix: str | None = None,
-        *,
-        idle_for: timedelta | float | None = None,
-        limit: int | None = None,
-        after: str | SessionSummary | None = None,
-        order: str = "name",
-    ) -> list[SessionSummary]:
-        """`sessions`, with each session's counts: read from the session rows alone, at any session length.
-
-        `order` is "name", or "messages", "tokens", "live_tokens" or
-        "updated_at" (the largest or latest first, ties by name); in those,
-        the next page starts `after` the last row of the previous one (its
-        `SessionSummary`), and a page sorts every session the prefix matches.
-        """
-        if order != "name" and order not in catalog.ORDERS:
-            known = ", ".join(["name", *catalog.ORDERS])
-            raise InvalidArgumentError(f"order={shorten(order)}: must be one of {known}")
-        if order != "name" and idle_for is not None:
-            raise InvalidArgumentError("idle_for: pages in another order than by name take no idle_for")
-        last = after if isinstance(after, SessionSummary) else None
-        if order != "name" and after is not None and last is None:
-            raise InvalidArgumentError(
-                f"after={shorten(after)}: with order={order!r}, pass the previous page's last SessionSummary"
-            )
-        page = catalog.page_params(prefix, idle_for, limit, last.name if last is not None else after)
-        if last is not None and order != "name":
-            page["after_value"] = getattr(last, order)  # the orders are named as the summary's fields
-        with db.transaction(self.engine, "list sessions") as driver:
-            return catalog.list_summaries(driver, page, order)
-
-    def session_count(self, prefix: str | None = None) -> int:
-        """How many sessions the store holds (whose names start with `prefix`)."""
-        page = catalog.page_params(prefix, None, None, None)
-        with db.transaction(self.engine, "count sessions") as driver:
-            return catalog.count_sessions(driver, page)
-
-    def summary(self, session: str) -> SessionSummary:
-        """One session's counts, from its row alone."""
-        with db.transaction(self.engine, f"read session {session!r}") as driver:
-            return queries.summary(driver, self._session(driver, session).session_id)
-
-    def window(
-        self,
-        session: str,
-        *,
-        after: int = 0,
-        limit: int = 100,
-        text_chars: int | None = None,
-        verdicts: Iterable[str] | None = None,
-        roles: Iterable[str] | None = None,
-        contains: str | None = None,
-        from_turn: int | None = None,
-    ) -> Window:
-        """The messages after seq `after` (at most `limit`), each with why it has its verdict, and the session's counts.
-
-        One snapshot; it reads those rows (and a lookup per pruned or restored
-        one), so a page of a long session costs what the page holds. With
-        `text_chars`, each message holds only the first characters of its
-        content (`Entry.content_chars` is the whole length), and only those are read.
-
-        With `verdicts`, `roles`, `contains` (a text the content holds, case
-        as given) or `from_turn`, the window holds the next `limit` messages
-        after seq `after` that match them all; the next page starts after the
-        last one's seq. A filtered page reads the session's rows up to the
-        last match, so a rare match costs up to the session's length.
-        """
-        catalog.check_whole("after", after, 0)
-        catalog.check_whole("limit", limit, 1)
-        if text_chars is not None:
-            catalog.check_whole("text_chars", text_chars, 0)
-        only = _window_filter(verdicts, roles, contains, from_turn)
-        with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
-            row = self._session(driver, session)
-            policy = self._refreshed(driver, row)
-            return queries.window(driver, session, row, after, limit, policy, text_chars, only)
-
-    def entry(self, session: str, message_id: str) -> Entry:
-        """One message and why it has its verdict (`explain`), read in one snapshot."""
-        with db.transaction(self.engine, f"explain in session {session!r}", snapshot=True) as driver:
-            row = self._session(driver, session)
-            return queries.entry(driver, session, row, message_id, self._refreshed(driver, row))
-
-    def history(self, session: str) -> list[HistoryPoint]:
-        """The session's tokens, in all and in the prompt, and its removal events, as each append left them.
-
-        One point per append (an import of many turns in one append is one
-        point); appends from before this was recorded are not in it.
-        """
-        with db.transaction(self.engine, f"read session {session!r}") as driver:
-            row = self._session(driver, session)
-            self._refreshed(driver, row)  # a chart of it draws the store's budget
-            return queries.history(driver, row.session_id)
-
-    def policies(self) -> dict[int, Policy]:
-        """The store's policy by settings generation (`HistoryPoint.generation`): each one it has had, as far
-        as recorded, and the current one."""
-        with db.transaction(self.engine, "read the store's policies") as driver:
-            current = self._refreshed(driver)
-            return {**recorded_policies(driver), self._settings.generation: current}
-
-    def stats(self, session: str | None = None) -> Stats:
-        """Messages and tokens, total and live, per verdict, of one session or of all."""
-        with db.transaction(self.engine, "stats", snapshot=True) as driver:
-            if session is None:
-                return queries.stats(driver, None, len(self._names(driver, None)), self._refreshed(driver))
-            row = self._session(driver, session)
-            return queries.stats(driver, row.session_id, 1, self._refreshed(driver, row))
-
-    def verify(self, session: str | None = None) -> VerifyReport:
-        """Rerun `prune` over the stored messages and report every difference from the stored state.
-
-        Each message's tokens are counted again by the store's tokenizer and compared too.
-        """
-        with db.transaction(self.engine, "verify", snapshot=True) as driver:
-            policy = self._refreshed(driver)
-            rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
-            return queries.verify_sessions(driver, rows, policy, self.options.count)
-
-
-def _window_filter(
-    verdicts: Iterable[str] | None, roles: Iterable[str] | None, contains: str | None, from_turn: int | None
-) -> queries.Filter | None:
-    """The filter of a window, once each part is checked; None when nothing filters."""
-    if verdicts is None and roles is None and contains is None and from_turn is None:
-        return None
-    chosen: list[tuple[str, ...] | None] = []
-    for field, values, known in (("verdicts", verdicts, VERDICTS), ("roles", roles, ROLES)):
-        if values is None:
-            chosen.append(None)
-            continue
-        if isinstance(values, str):
-            raise InvalidArgumentError(f"{field}={shorten(values)}: must be a list, not a single string")
-        listed = tuple(dict.fromkeys(values))
-        unknown = [v for v in listed if v not in known]
-        if unknown or not listed:
-            raise InvalidArgumentError(f"{field}={shorten(values)}: each must be one of {', '.join(sorted(known))}")
-        chosen.append(listed)
-    if contains is not None:
-        catalog.check_text("contains", contains, "a text")
-        if not contains:
-            raise InvalidArgumentError("contains='': must not be empty")
-    if from_turn is not None:
-        catalog.check_whole("from_turn", from_turn, 0)
-    return queries.Filter(chosen[0], chosen[1], contains, from_turn)
-
-
-def _recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:
-    """The settings the store records, recorded now if it has none; a different explicit policy or tokenizer is refused.
-
-    A store from before tokenizers were recorded records the one it is opened with.
-    """
-    with db.transaction(engine, "read the store's settings") as driver:  # a read: the store may be read-only
-        recorded = read_settings(driver)
-    if recorded is None or recorded.tokenizer is None:
-        with db.transaction(engine, "record the store's settings", write=True) as driver:
-            chosen = tokenizer_name(tokenizer) if tokenizer is not None else DEFAULT_TOKENIZER
-            first = recorded or Settings(policy or Policy(), chosen)
-            write_settings(driver, replace(first, tokenizer=chosen), overwrite=False)  # another store may be first
-            recorded = read_settings(driver)
-            assert recorded is not None
-    if policy is not None and policy != recorded.policy:
-        raise PolicyMismatchError(
-            f"policy={policy!r}: the store at {engine.url!r} was created with {recorded.policy!r}; "
-            "open it with policy=None, or change it with rebuild(policy=...)"
-        )
-    if tokenizer is not None and tokenizer_name(tokenizer) != recorded.tokenizer:
-        raise TokenizerMismatchError(
-            f"tokenizer={tokenizer_name(tokenizer)!r}: the store's tokens were counted by {recorded.tokenizer!r}; "
-            "open it with tokenizer=None to use that one, or change it with rebuild(tokenizer=...)"
-        )
-    return recorded

@@ -29,15 +29,13 @@ import threading
 from bisect import bisect_left
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any, Protocol
 
 from .model import StoredMessage
-from .sql.rows import stored_message
+from .sql.rows import metadata_column, seq_column, stored_message
 
 __all__ = ["Form", "Unit", "View", "ViewEntry"]
 
-_SEQ = itemgetter(0)
 _ITEM_OVERHEAD = (
     1150  # bytes a message costs beyond its text: the framework's object and this view's bookkeeping (tracemalloc)
 )
@@ -97,12 +95,12 @@ class View:
                 self._cut(cut)
             sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
             dirty: set[int] = set()
-            for row in sorted(rows, key=_SEQ):
+            for row in sorted(rows, key=seq_column):
                 message = stored_message(row)
                 seq, live = message.seq, message.live
                 unit = self.form.unit(message) if seq > self.last_seq or seq not in self.callers else None
                 if seq > self.last_seq:
-                    dirty.update(self._register(seq, unit, len(message.content) + len(row[6] or "")))
+                    dirty.update(self._register(seq, unit, len(message.content) + len(metadata_column(row) or "")))
                 if seq in self.live:  # it makes calls, or answers one
                     self.live[seq] = live
                     dirty.add(self.owners.get(seq, seq))

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from typing import Any
 from urllib.parse import quote
 
 import pytest
@@ -95,6 +96,7 @@ def open_store(store_url, api):
     opened: list = []
 
     def _open(policy: Policy | None = None, **kwargs) -> PruneStore:
+        store: Any  # a BlockingAsyncStore makes the same calls as a PruneStore
         if api == "async":
             from blocking import BlockingAsyncStore
 

@@ -9,6 +9,7 @@ same role in a row or text before the tool results of a user message.
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from hypothesis import strategies as st
 
@@ -60,7 +61,7 @@ def validate_anthropic(system: object, messages: list[dict], *, waiting_at_end: 
     assert waiting_at_end or not pending, f"calls {pending} at the end have no result"
 
 
-TOOLS = {
+TOOLS: dict[str, list[str | None]] = {
     "search": ["prunestore", "sqlite wal", "alembic"],
     "run_sql": ["SELECT 1", "SELECT count(*) FROM t"],
     "get_user_settings": [None],
@@ -84,7 +85,7 @@ def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[d
         messages.append({"role": "user", "content": f"{text} ({turn})" if unique else text})
         steps = draw(st.integers(0, 3))
         for step in range(steps):
-            calls = []
+            calls: list[dict[str, Any]] = []
             for _ in range(draw(st.integers(0, 3))):
                 calls_made += 1
                 name = draw(st.sampled_from(sorted(TOOLS)))

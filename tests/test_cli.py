@@ -303,7 +303,7 @@ def _wait_until_stored(child: subprocess.Popen, url: str, count: int) -> int:
             time.sleep(0.05)
             try:
                 with engine.connect() as conn:
-                    stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+                    stored = conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar_one()
             except sa.exc.OperationalError:
                 continue
     finally:

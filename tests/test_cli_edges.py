@@ -350,7 +350,7 @@ def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_p
 
 
 def test_each_example_names_an_extra_that_brings_what_it_imports():
-    import tomllib
+    import tomllib  # type: ignore[import-not-found, unused-ignore]  # Python 3.11+, as the test runs
 
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "sqlalchemy[asyncio]"})}

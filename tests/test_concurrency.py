@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import threading
 import time
+from multiprocessing.synchronize import Barrier
 
 from prunestore import Delta, Message, PruneStore, count_tokens
 from prunestore import store as store_module
@@ -16,7 +17,7 @@ WORKERS = 4
 APPENDS = 500
 
 
-def _worker(url: str, worker: int, start: mp.Barrier) -> None:
+def _worker(url: str, worker: int, start: Barrier) -> None:
     store = PruneStore(url)
     start.wait()
     for i in range(APPENDS):

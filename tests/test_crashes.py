@@ -43,7 +43,7 @@ def stored_count(url: str) -> int:
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
-            return conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar()
+            return conn.execute(sa.text("SELECT count(*) FROM prunestore_messages")).scalar_one()
     finally:
         engine.dispose()
 

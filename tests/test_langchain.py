@@ -25,6 +25,7 @@ from langchain_core.messages import (
     ToolMessage,
     convert_to_openai_messages,
 )
+from langchain_core.runnables import RunnableConfig
 from langchain_core.runnables.history import RunnableWithMessageHistory
 from providers import validate_openai
 
@@ -131,7 +132,7 @@ FIELDS = [
         )
     ],
     [ToolMessage("boom", tool_call_id="toolu_1", status="error", artifact={"rows": [1, 2]}, id="t-1")],
-    [AIMessage(""), HumanMessage("still there?"), ChatMessage("a note", role="critic")],
+    [AIMessage(""), HumanMessage("still there?"), ChatMessage(content="a note", role="critic")],
 ]
 
 
@@ -191,7 +192,7 @@ def test_runnable_with_message_history_matches_in_memory(histories):
 
         object.__setattr__(model, "_generate", record)
         chain = RunnableWithMessageHistory(model, get_history)
-        config = {"configurable": {"session_id": "chat"}}
+        config: RunnableConfig = {"configurable": {"session_id": "chat"}}
         inputs = [[HumanMessage("List the files.")], [ToolMessage("a.csv", tool_call_id="c1")], "Thanks."]
         for value in inputs:
             if histories.api == "async":

@@ -217,7 +217,7 @@ def _wait_for_lock_queue(url: str, waiting: int) -> None:
         deadline = time.monotonic() + 20
         with watcher.connect() as conn:
             while time.monotonic() < deadline:
-                found = conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE NOT granted").scalar()
+                found = conn.exec_driver_sql("SELECT count(*) FROM pg_locks WHERE NOT granted").scalar_one()
                 if found >= waiting:
                     time.sleep(0.3)  # the rest of the readers join the queue
                     return

@@ -29,7 +29,7 @@ def _migration_session_id():
     return module._session_id
 
 
-@given(st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), min_size=1))
+@given(st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), min_size=1))
 def test_the_migration_computes_the_ids_the_store_does(name):
     assert _migration_session_id()(name) == session_id(name)
     assert -(2**63) <= session_id(name) < 2**63

@@ -47,7 +47,7 @@ def csv_session():
 def row_counts(store: PruneStore) -> dict[str, int]:
     with store.engine.connect() as conn:
         tables = [t for t in sa.inspect(conn).get_table_names() if t.startswith("prunestore_")]
-        return {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar() for t in tables}
+        return {t: conn.execute(sa.text(f"SELECT count(*) FROM {t}")).scalar_one() for t in tables}
 
 
 def test_csv_example_end_to_end(store):
@@ -434,7 +434,7 @@ WIDE = "é" * 513  # 1,026 bytes in 513 characters
         (lambda: M(WIDE, "user", "x", 1), "id="),
         (lambda: M("a", "tool_output", "x", 1, tool_key=LONG), "tool_key="),
         (lambda: M("a", "user", "x", 1, defines=(LONG,)), "defines="),
-        (lambda: M("a", "user", "x", 1, refs=[f"k{i}" for i in range(10_001)]), "refs="),
+        (lambda: M("a", "user", "x", 1, refs=[f"k{i}" for i in range(10_001)]), "refs="),  # type: ignore[arg-type]  # a list, checked all the same
         (lambda: M("a", "user", "x", 10**5000), "turn=<an int of"),
         (lambda: M("a", "user", "x", 1, metadata={"n": 10**5000}), "metadata="),
     ],

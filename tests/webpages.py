@@ -43,6 +43,7 @@ def serving(url: str, *args: str):
                 break
             except OSError:
                 if process.poll() is not None or time.monotonic() > deadline:
+                    assert process.stderr is not None
                     raise AssertionError(f"prunestore serve did not start: {process.stderr.read()}") from None
                 time.sleep(0.1)
         yield base, process

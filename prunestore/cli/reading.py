@@ -7,12 +7,13 @@ import shlex
 import sys
 from dataclasses import asdict
 from datetime import timedelta
-from typing import Any
+from typing import Any, cast
 
 import click
 
+from ..formats import Format
 from ..jsonl import to_json
-from ..model import EVICTED, PENDING, StoredMessage
+from ..model import BUDGET_VERDICTS, StoredMessage
 from ..results import Stats
 from ..store import PruneStore
 from .common import (
@@ -42,7 +43,7 @@ def render(ctx: click.Context, session: str, format_: str, placeholders: bool, a
     --json, one object holds the prompt and the report.
     """
     with open_store(ctx, reading=True) as store:
-        rendered = store.render(session, format_, dropped="placeholder" if placeholders else "omit")
+        rendered = store.render(session, cast(Format, format_), dropped="placeholder" if placeholders else "omit")
         budget = _budget(store, session)
     r = rendered.report
     if as_json:
@@ -175,7 +176,7 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
         echo_json({**asdict(result), "reduction": result.reduction})
         return
     budgeted = store.policy.gathers  # evicted and pending exist only then
-    rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items() if budgeted or v not in (EVICTED, PENDING)]
+    rows = [(v, s.messages, s.tokens) for v, s in result.by_verdict.items() if budgeted or v not in BUDGET_VERDICTS]
     rows += [("live", result.live_messages, result.live_tokens), ("total", result.messages, result.tokens)]
     table(["verdict", "messages", "tokens"], rows)
     click.echo(f"\n{counted(result.sessions, 'session')}; tokens pruned: {result.reduction:.1%}")

@@ -12,7 +12,7 @@ from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
 
-from ..model import DUPLICATE, KEPT, Policy, supports
+from ..model import KEPT, PASS_1_SURVIVORS, Policy, supports
 from ..prune import passes
 from .state import KeyState, MsgState
 
@@ -32,7 +32,7 @@ def index_rows(states: Sequence[MsgState], policy: Policy) -> tuple[dict[str, Ke
             kept_refs[key] += state.base == KEPT
     for key, ks in keys.items():
         ks.support, ks.kept_refs = support[key], kept_refs[key]
-    holders = {(s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in (KEPT, DUPLICATE)}
+    holders = {(s.content_hash, s.seq) for s in states if s.role in policy.dedupe_roles and s.base in PASS_1_SURVIVORS}
     return keys, holders
 
 
@@ -74,4 +74,4 @@ class FirstAppend:
         return sorted(self._holders), []
 
     def delta(self) -> tuple[list[str], list[str]]:
-        return [s.id for s in self.new if s.live], []
+        return [s.id for s in self.new if s.survives], []

@@ -9,7 +9,7 @@ result up to date by touching only what an append can change:
 * pass 2, duplicates: per normalized-content hash, the surviving holders in
   order; the first one is kept and the rest are duplicates;
 * pass 3, restoration: per dependency key, its last definer and how many
-  counting messages refer to it (``support``: live referrers in transitive
+  counting messages refer to it (``support``: surviving referrers in transitive
   mode, kept ones in direct mode) and how many of those are kept
   (``kept_refs``).
 
@@ -29,7 +29,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable
 
-from ..model import DUPLICATE, EXPIRED, KEPT, SUPERSEDED, Policy
+from ..model import DUPLICATE, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows
@@ -127,7 +127,7 @@ class Maintainer:
             return
         self.touch(state)
         state.base = base
-        if old in (KEPT, DUPLICATE) and base in (SUPERSEDED, EXPIRED) and state.role in self.policy.dedupe_roles:
+        if old in PASS_1_SURVIVORS and base not in PASS_1_SURVIVORS and state.role in self.policy.dedupe_roles:
             self.hashes.leave(state)
         if old == KEPT:
             self._stop_keeping(state)
@@ -214,7 +214,7 @@ class Maintainer:
         stack, self._candidates = self._candidates, []
         while stack:
             state = stack.pop()
-            if state.live or not any(ks.support > 0 for ks in self._defined_keys(state)):
+            if state.survives or not any(ks.support > 0 for ks in self._defined_keys(state)):
                 continue
             self.touch(state)
             state.restored = True
@@ -232,7 +232,7 @@ class Maintainer:
             fresh.append(heapq.heappop(self._pending_expiry)[2])
         self.current_turn = turn
         for state in sorted(stored + fresh, key=lambda s: s.seq):
-            if state.base in (KEPT, DUPLICATE):
+            if state.base in PASS_1_SURVIVORS:
                 self._set_base(state, EXPIRED)
 
     def _tool_holder(self, tool_key: str) -> MsgState | None:

@@ -1,10 +1,10 @@
 """What the model is shown when removals wait for events and a budget caps the prompt.
 
-The passes decide what is live; this module keeps the prompt, one append at
+The passes decide what survives; this module keeps the prompt, one append at
 a time, by the rules of docs/semantics.md ("Budget and removal events"):
 
 * a message the passes drop stays in the prompt (``pending``) until an event;
-* a message the passes make live joins at once (a new one at the end, one a
+* a message the passes keep joins at once (a new one at the end, one a
   new reference needs back in its place), unless the budget evicted it;
 * an evicted message whose key a message in the prompt refers to comes back
   at once, and so does what it needs;
@@ -65,7 +65,7 @@ class PromptCounters:
         return self.holds(state.seq, state.in_prompt)
 
 
-# What a change is measured against: (in the prompt, live by the passes, counting, evicted).
+# What a change is measured against: (in the prompt, surviving the passes, counting, evicted).
 _Flags = tuple[bool, bool, bool, bool]
 
 
@@ -89,7 +89,7 @@ class PromptKeeper:
         return supports(state.base, state.restored, self.index.transitive)
 
     def _flags(self, state: MsgState) -> _Flags:
-        return bool(state.visible), state.live, self._counts(state), state.evicted
+        return bool(state.visible), state.survives, self._counts(state), state.evicted
 
     def note(self, state: MsgState) -> None:
         """Remember how a message stood before this step first changes it."""
@@ -98,11 +98,11 @@ class PromptKeeper:
 
     def _account(self, state: MsgState, before: _Flags) -> None:
         """Move the totals, the per-key counts and the in-memory sets from `before` to the state as it is now."""
-        shown, live, counts, evicted = self._flags(state)
-        was_shown, was_live, was_counting, was_evicted = before
+        shown, surviving, counts, evicted = self._flags(state)
+        was_shown, was_surviving, was_counting, was_evicted = before
         tokens = state.tokens
         self.counters.tokens += tokens * (shown - was_shown)
-        self.counters.pending += tokens * ((shown and not live) - (was_shown and not was_live))
+        self.counters.pending += tokens * ((shown and not surviving) - (was_shown and not was_surviving))
         delta = (evicted and counts) - (was_evicted and was_counting)
         if delta:
             for ks in self.index.keys(state.refs):
@@ -111,7 +111,7 @@ class PromptKeeper:
                 if delta > 0 and ks.definer is not None and ks.definer != state.seq:
                     self._freed.append(ks.definer)  # it may be evictable now: `_evict` looks again
         state.dirty = True
-        for members, member in ((self._pending, shown and not live), (self._shown, shown and live)):
+        for members, member in ((self._pending, shown and not surviving), (self._shown, shown and surviving)):
             if member:
                 members[state.seq] = state
             else:
@@ -129,7 +129,7 @@ class PromptKeeper:
         touched, self._before = sorted(self._before.values(), key=lambda t: t[0].seq), {}
         newly_counting = []
         for state, before in touched:
-            if not state.live:
+            if not state.survives:
                 state.evicted = False  # dropped by the passes: its verdict says why, not the budget
             elif not state.visible and not state.evicted:
                 state.visible = True  # new, or needed back: in at once
@@ -162,7 +162,7 @@ class PromptKeeper:
         adopt = self.index.adopt
         found = {s.seq: s for s in map(adopt, self.index.rows.pending())}
         found.update(self._pending)
-        return [s for s in found.values() if s.visible and not s.live]
+        return [s for s in found.values() if s.visible and not s.survives]
 
     # -- eviction ------------------------------------------------------------
 
@@ -215,7 +215,7 @@ class PromptKeeper:
                 state, upcoming = upcoming, next(stream, None)
             else:
                 break
-            if not (state.visible and state.live):
+            if not (state.visible and state.survives):
                 continue
             if state.turn >= turn:
                 stop = state.seq  # this and everything after it belong to the current turn

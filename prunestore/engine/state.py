@@ -51,17 +51,21 @@ class MsgState:
     original: tuple[str, str] | None = None  # (base, verdict) as loaded, for the undo journal
 
     @property
-    def live(self) -> bool:
-        """Live by the passes (kept or restored), whether or not it is in the prompt."""
+    def survives(self) -> bool:
+        """Kept by the passes (kept or restored), whether or not the prompt holds it now.
+
+        Not "live": live means in the prompt (`in_prompt`), which a budget and
+        removal events make differ from this.
+        """
         return self.base == KEPT or self.restored
 
     @property
     def in_prompt(self) -> bool:
-        return self.live if self.visible is None else self.visible
+        return self.survives if self.visible is None else self.visible
 
     @property
     def verdict(self) -> str:
-        if self.visible is None or self.visible == self.live:
+        if self.visible is None or self.visible == self.survives:
             return RESTORED if self.restored else self.base
         return PENDING if self.visible else EVICTED
 

@@ -20,6 +20,7 @@ user/assistant alternation holds.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal, get_args
 
 from ..errors import InvalidMessageError, shorten
 from ..model import StoredMessage
@@ -40,12 +41,16 @@ __all__ = [
     "Rendered",
     "RenderReport",
     "FORMATS",
+    "Format",
+    "Dropped",
 ]
 
-FORMATS = ("openai", "anthropic", "text")
+Format = Literal["openai", "anthropic", "text"]
+Dropped = Literal["omit", "placeholder"]  # what becomes of a pruned tool result whose call is sent
+FORMATS: tuple[str, ...] = get_args(Format)
 
 
-def render(stored: Sequence[StoredMessage], format: str = "openai", dropped: str = "omit") -> Rendered:
+def render(stored: Sequence[StoredMessage], format: Format = "openai", dropped: Dropped = "omit") -> Rendered:
     """The live messages of a session as a prompt `format` accepts (see the module docstring)."""
     if format not in FORMATS:
         raise InvalidMessageError(f"format={shorten(format)}: must be one of {', '.join(FORMATS)}")

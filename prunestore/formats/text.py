@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 from ..errors import InvalidMessageError, shorten
+from ..model import Role
 
 __all__ = ["OPENAI_ROLES", "openai_text", "anthropic_text"]
 
 
-OPENAI_ROLES = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
+OPENAI_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 
 _OPENAI_PARTS = frozenset({"text", "image_url", "input_audio", "file", "refusal"})

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import InvalidMessageError, shorten
-from ..model import MAX_IDENTIFIER_BYTES, Message
+from ..model import MAX_IDENTIFIER_BYTES, Message, Role
 
 __all__ = ["ToolResult", "KeysHook", "Continuation", "openai_calls", "tool_key", "Importer", "check_list", "check_dict"]
 
@@ -109,7 +109,8 @@ class Importer:
 
     def result(self, message_id: str, call_id: str, content: str, metadata: dict) -> Message:
         name, arguments = self.calls.get(call_id, (None, None))
-        role, key, expires = "tool_output", None, None
+        role: Role = "tool_output"
+        key, expires = None, None
         defines: tuple[str, ...] = ()
         refs: tuple[str, ...] = ()
         if name is not None:
@@ -128,7 +129,8 @@ class Importer:
                         pass
                 found = self.keys_of(ToolResult(name, parsed, content, call_id))
                 if found is not None:
-                    defines, refs = tuple(found[0]), tuple(found[1])
+                    found_defines, found_refs = found
+                    defines, refs = tuple(found_defines), tuple(found_refs)
         return Message(
             message_id,
             role,

@@ -42,7 +42,7 @@ except ModuleNotFoundError as exc:
 from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..formats import openai_calls
-from ..model import Message, StoredMessage
+from ..model import Message, Role, StoredMessage
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
@@ -50,8 +50,20 @@ from ._shared import blocking, importer_after, on_store, with_call_keys
 
 __all__ = ["PrunedChatMessageHistory", "LANGCHAIN"]
 
-_ROLES = {"human": "user", "ai": "assistant", "system": "system", "chat": "user", "function": "tool_output"}
-_CHAT_ROLES = {"user": "user", "human": "user", "assistant": "assistant", "ai": "assistant", "system": "system"}
+_ROLES: dict[str, Role] = {
+    "human": "user",
+    "ai": "assistant",
+    "system": "system",
+    "chat": "user",
+    "function": "tool_output",
+}
+_CHAT_ROLES: dict[str, Role] = {
+    "user": "user",
+    "human": "user",
+    "assistant": "assistant",
+    "ai": "assistant",
+    "system": "system",
+}
 _CALL_BLOCKS = ("tool_use", "tool_call", "function_call", "server_tool_use")
 
 
@@ -157,7 +169,7 @@ def _call_ids(calls: list) -> list[str]:
     return [call_id for call in calls if (call_id := call.get("id"))]
 
 
-def _role(message: BaseMessage) -> str:
+def _role(message: BaseMessage) -> Role:
     if isinstance(message, ChatMessage):
         return _CHAT_ROLES.get(message.role, "user")
     return _ROLES.get(message.type, "user")

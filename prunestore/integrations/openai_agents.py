@@ -24,7 +24,7 @@ from typing import Any
 from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..frozen import freeze
-from ..model import Message, StoredMessage
+from ..model import Message, Role, StoredMessage
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
@@ -32,7 +32,7 @@ from ._shared import importer_after, on_store, with_call_keys
 
 __all__ = ["PruneStoreSession", "AGENT_ITEMS"]
 
-_ROLES = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
+_ROLES: dict[str, Role] = {"user": "user", "system": "system", "developer": "system", "assistant": "assistant"}
 
 
 class PruneStoreSession:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -232,7 +232,9 @@ _SNAPSHOT_PG = (
 
 
 @contextmanager
-def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: bool = False) -> Iterator[Driver]:
+def transaction(
+    engine: Engine, action: str, *, write: bool = False, snapshot: bool = False, pipelined: bool = False
+) -> Iterator[Driver]:
     """A transaction on the driver's own connection, for the hot paths.
 
     The engine's pool hands out the connection; the transaction is begun and
@@ -241,6 +243,11 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
     (``BEGIN IMMEDIATE``); `snapshot` makes every statement of a PostgreSQL
     reader see one snapshot (SQLite readers always do), taken once no schema
     change holds the tables. Driver errors become `DatabaseError`.
+
+    `pipelined` runs a PostgreSQL transaction in psycopg's pipeline mode:
+    statements go out when a result is read, and the writes that end it
+    travel with the COMMIT, so an append costs two round trips (its reads,
+    then its writes and the commit). Elsewhere it changes nothing.
     """
     with wrap_database_errors(action, engine.dialect.loaded_dbapi.Error):  # a pool's new connection raises these
         pooled = engine.raw_connection()
@@ -252,14 +259,18 @@ def transaction(engine: Engine, action: str, *, write: bool = False, snapshot: b
                 driver.execute_plain("BEGIN IMMEDIATE" if write else "BEGIN")
             elif snapshot:
                 driver.execute_plain(_SNAPSHOT_PG)
+        pipeline = driver.raw.pipeline() if pipelined and driver.can_pipeline else nullcontext()
         try:
-            yield driver
+            with driver.errors_as(action), pipeline:  # a pipeline reports a failed write at its end
+                yield driver
+                if driver.pipelining:
+                    driver.execute_plain("COMMIT")  # sent with the writes when the pipeline ends
         except BaseException:
             with driver.errors_as(action):
                 driver.raw.rollback()
             raise
         with driver.errors_as(action):
-            driver.raw.commit()
+            driver.raw.commit()  # nothing left to do after a pipelined COMMIT
     except DatabaseError as exc:
         _forget_if_disconnected(engine, pooled, exc)
         raise

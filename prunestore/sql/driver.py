@@ -21,8 +21,6 @@ from sqlalchemy.engine import Dialect
 
 from ..errors import DatabaseError
 
-__all__ = ["Statement", "Driver"]
-
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 _LIST_PARAM = re.compile(r"\bIN :(\w+)")
 
@@ -108,14 +106,26 @@ class Driver:
         finally:
             cursor.close()
 
+    @property
+    def can_pipeline(self) -> bool:
+        """Whether statements can be sent ahead of their results: psycopg's own connection (not SQLite,
+        not psycopg through asyncio)."""
+        return self.postgres and hasattr(self.raw, "pipeline")
+
+    @property
+    def pipelining(self) -> bool:
+        """Whether the connection is in pipeline mode now: statements go out together at the next read."""
+        return self.can_pipeline and bool(self.raw.pgconn.pipeline_status)  # pq.PipelineStatus.OFF is 0
+
     @contextmanager
     def pipeline(self) -> Iterator[None]:
-        """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite.
+        """Send the statements of the block together (psycopg's pipeline mode); a no-op on SQLite, and
+        inside a transaction that pipelines already (`db.transaction`), whose end sends them.
 
         psycopg reports a failed statement of the pipeline when the block ends,
         so the end is wrapped too.
         """
-        if not self.postgres or not hasattr(self.raw, "pipeline"):  # SQLite, or psycopg through asyncio
+        if not self.can_pipeline or self.pipelining:
             yield
             return
         with self.errors_as("pipelined write"), self.raw.pipeline():
@@ -141,8 +151,15 @@ class Driver:
             raise self._fail(statement, exc) from exc
         return cursor
 
+    def send(self, statement: Statement, params: dict[str, Any]) -> Pending:
+        """Run a query whose rows are read later (`Pending.rows`): while pipelining, queries sent one
+        after another travel in one round trip."""
+        return Pending(self, statement, self._run(statement, params))
+
     def all(self, statement: Statement, params: dict[str, Any]) -> list[tuple]:
-        cursor = self._run(statement, params)
+        return self._rows(statement, self._run(statement, params))
+
+    def _rows(self, statement: Statement, cursor: Any) -> list[tuple]:
         try:
             return cursor.fetchall()  # SQLite reads the rows here: a damaged file shows here
         except self._errors as exc:
@@ -185,3 +202,15 @@ class Driver:
         for start in range(0, len(values), size):
             rows.extend(self.all(statement, {**params, name: values[start : start + size]}))
         return rows
+
+
+class Pending:
+    """A query sent with `Driver.send`, its rows not read yet."""
+
+    __slots__ = ("_driver", "_statement", "_cursor")
+
+    def __init__(self, driver: Driver, statement: Statement, cursor: Any) -> None:
+        self._driver, self._statement, self._cursor = driver, statement, cursor
+
+    def rows(self) -> list[tuple]:
+        return self._driver._rows(self._statement, self._cursor)

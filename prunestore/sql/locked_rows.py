@@ -1,15 +1,26 @@
-"""`engine.state.Rows` over one locked session, and the write-back of what an append changed."""
+"""`engine.state.Rows` over one locked session, and the write-back of what an append changed.
+
+On PostgreSQL a small append reads ahead: right behind the session's lock,
+in the same round trip, it asks for every row the maintainer will look up
+for its messages (their tool keys' last holders, their keys and those keys'
+definers, their content's first holders, what their turns may expire), and
+`AheadRows` serves those lookups from memory. What it did not foresee (a
+restoration that walks further, a removal event) is read as usual.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
 
 from ..engine.prompt import PromptCounters
 from ..engine.state import KeyState, MsgState
-from .driver import Driver
+from .driver import Driver, Pending
 from .rows import (
+    DEFINER_STATES,
     DELETE_HOLDER,
     EXPIRING,
+    EXPIRING_BEFORE,
     FIRST_HOLDER_AFTER,
     HELD_AFTER,
     INSERT_HOLDER,
@@ -24,14 +35,16 @@ from .rows import (
     SessionRow,
     Totals,
     encode_content,
+    first_value,
     join_keys,
+    key_state,
     msg_state,
 )
 from .sessions import update_session
 
 
 class LockedRows:
-    """`incremental.Rows` over one locked session, plus the write-back of a `Maintainer`."""
+    """`engine.state.Rows` over one locked session, plus the write-back of a `Maintainer`."""
 
     def __init__(self, driver: Driver, session: SessionRow) -> None:
         self.driver = driver
@@ -52,7 +65,7 @@ class LockedRows:
 
     def keys(self, keys: Iterable[str]) -> list[KeyState]:
         rows = self.driver.chunks(KEYS_BY_NAME, {"sid": self.sid}, "keys", keys)
-        return [KeyState(key, definer, support, kept, evicted) for key, definer, support, kept, evicted in rows]
+        return [key_state(row) for row in rows]
 
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         params = {"sid": self.sid, "content_hash": content_hash, "after": after_seq}
@@ -171,3 +184,102 @@ class LockedRows:
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
         update_session(self.driver, self.session, current_turn, last_seq, prompt, totals)
+
+
+AHEAD_AT_MOST = 16  # messages an append reads ahead for; a larger batch costs its inserts more than its reads
+
+
+@dataclass
+class Ahead:
+    """The rows an append's maintainer will look up, read behind the session's lock."""
+
+    tool_holders: dict[str, MsgState | None] = field(default_factory=dict)
+    keys: dict[str, KeyState | None] = field(default_factory=dict)  # None: no row, as good as a fresh key
+    states: dict[int, MsgState] = field(default_factory=dict)  # the keys' last definers, by seq
+    first_holders: dict[bytes, int | None] = field(default_factory=dict)
+    expiring: list[MsgState] | None = None  # expiring from the session's current turn to the batch's last
+
+
+def read_ahead(driver: Driver, states: list[MsgState]) -> Callable[[int], Callable[[], Ahead]] | None:
+    """For `sessions.lock_session_for_append`: the queries to send behind the lock, while pipelining."""
+    if not driver.pipelining or not states or len(states) > AHEAD_AT_MOST:
+        return None
+    tool_keys = list(dict.fromkeys(s.tool_key for s in states if s.tool_key is not None))
+    keys = list(dict.fromkeys(k for s in states for k in (*s.defines, *s.refs)))
+    hashes = list(dict.fromkeys(s.content_hash for s in states))
+    last_turn = max(s.turn for s in states)
+
+    def send(sid: int) -> Callable[[], Ahead]:
+        holders = [(k, driver.send(LAST_TOOL_HOLDER, {"sid": sid, "tool_key": k})) for k in tool_keys]
+        key_rows: Pending | None = None
+        definers: Pending | None = None
+        if keys:
+            key_rows = driver.send(KEYS_BY_NAME, {"sid": sid, "keys": keys})
+            definers = driver.send(DEFINER_STATES, {"sid": sid, "keys": keys})
+        firsts = [(h, driver.send(FIRST_HOLDER_AFTER, {"sid": sid, "content_hash": h, "after": 0})) for h in hashes]
+        expiring = driver.send(EXPIRING_BEFORE, {"sid": sid, "hi": last_turn})
+
+        def collect() -> Ahead:
+            ahead = Ahead()
+            for key, pending in holders:
+                rows = pending.rows()
+                ahead.tool_holders[key] = msg_state(rows[0]) if rows else None
+            if key_rows is not None and definers is not None:
+                ahead.keys = dict.fromkeys(keys)
+                ahead.keys.update((ks.key, ks) for ks in map(key_state, key_rows.rows()))
+                ahead.states = {s.seq: s for s in map(msg_state, definers.rows())}
+            for content_hash, pending in firsts:
+                ahead.first_holders[content_hash] = first_value(pending.rows())  # type: ignore[assignment]
+            ahead.expiring = [msg_state(row) for row in expiring.rows()]
+            return ahead
+
+        return collect
+
+    return send
+
+
+class AheadRows(LockedRows):
+    """`LockedRows` that answers from what was read ahead, and asks the database for the rest."""
+
+    def __init__(self, driver: Driver, session: SessionRow, ahead: Ahead) -> None:
+        super().__init__(driver, session)
+        self.ahead = ahead
+
+    def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
+        known: list[MsgState] = []
+        missing: list[int] = []
+        for seq in seqs:
+            state = self.ahead.states.get(seq)
+            if state is None:
+                missing.append(seq)
+            else:
+                known.append(state)
+        return known + (super().messages_by_seq(missing) if missing else [])
+
+    def last_tool_holder(self, tool_key: str) -> MsgState | None:
+        if tool_key in self.ahead.tool_holders:
+            return self.ahead.tool_holders[tool_key]
+        return super().last_tool_holder(tool_key)
+
+    def expiring(self, from_turn: int, to_turn: int) -> list[MsgState]:
+        """Read ahead from the session's current turn on: every later range of this append lies within it."""
+        if self.ahead.expiring is None or from_turn < self.session.current_turn:
+            return super().expiring(from_turn, to_turn)
+        return [s for s in self.ahead.expiring if from_turn <= s.expires_after_turn < to_turn]  # type: ignore[operator]
+
+    def keys(self, keys: Iterable[str]) -> list[KeyState]:
+        known: list[KeyState] = []
+        missing = []
+        for key in keys:
+            if key in self.ahead.keys:
+                ks = self.ahead.keys[key]
+                if ks is not None:
+                    known.append(ks)
+            else:
+                missing.append(key)
+        return known + (super().keys(missing) if missing else [])
+
+    def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
+        if after_seq == 0 and content_hash in self.ahead.first_holders:
+            return self.ahead.first_holders[content_hash]
+        return super().first_holder_after(content_hash, after_seq)

@@ -11,17 +11,28 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable
+from operator import itemgetter
 from typing import NamedTuple
 
 from ..engine.prompt import PromptCounters
-from ..engine.state import MsgState
+from ..engine.state import KeyState, MsgState
 from ..frozen import freeze
-from ..model import EVICTED, KEPT, LIVE_VERDICTS, RESTORED, StoredMessage
+from ..model import EVICTED, LIVE_VERDICTS, PASS_1_SURVIVORS, SURVIVING_VERDICTS, StoredMessage, was_restored
+from ..results import HistoryPoint, SessionSummary
 from .driver import Statement
 
 _STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens"
+
+
+def sql_set(values: Iterable[str]) -> str:
+    """A set of the model's names (verdicts, roles) as SQL text, in parentheses. Names are letters only."""
+    assert all(v.isalpha() for v in values)
+    return "(" + ", ".join(f"'{v}'" for v in values) + ")"
+
+
 # The messages in the prompt; a partial index of the same condition serves the reads that ask for it.
-IN_PROMPT = "verdict IN ('kept', 'restored', 'pending')"
+IN_PROMPT = f"verdict IN {sql_set(LIVE_VERDICTS)}"
+_SURVIVES_PASS_1 = f"base IN {sql_set(PASS_1_SURVIVORS)}"
 
 
 def message_columns(alias: str = "", content: str | None = None) -> str:
@@ -106,7 +117,7 @@ LAST_TOOL_HOLDER = Statement(
 )
 EXPIRING = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid "
-    "AND expires_after_turn >= :lo AND expires_after_turn < :hi AND base IN ('kept', 'duplicate')"
+    f"AND expires_after_turn >= :lo AND expires_after_turn < :hi AND {_SURVIVES_PASS_1}"
 )
 KEYS_BY_NAME = Statement(
     "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys "
@@ -135,7 +146,18 @@ HELD_AFTER = Statement(
 )
 LIVE_AFTER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq > :after "
-    "AND verdict IN ('kept', 'restored') ORDER BY seq LIMIT :limit"
+    f"AND verdict IN {sql_set(SURVIVING_VERDICTS)} ORDER BY seq LIMIT :limit"
+)
+# What an append reads ahead (`locked_rows.read_ahead`): the states of the keys' last definers, and the
+# messages whose expiry the append's turns may cross, from the session's current turn on.
+DEFINER_STATES = Statement(
+    "SELECT " + ", ".join("m." + c for c in _STATE.split(", ")) + " FROM prunestore_keys k JOIN prunestore_messages m "
+    "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
+)
+EXPIRING_BEFORE = Statement(
+    f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND expires_after_turn >= "
+    "(SELECT current_turn FROM prunestore_sessions WHERE session_id = :sid) AND expires_after_turn < :hi "
+    f"AND {_SURVIVES_PASS_1}"
 )
 FIRST_HOLDER_AFTER = Statement(
     "SELECT seq FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash "
@@ -234,6 +256,95 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
     return message
 
 
+def session_row(row) -> tuple[SessionRow, str]:
+    """A row selected with the session's columns (`SELECT_SESSION` and the locks): the row, and its name."""
+    return SessionRow(*row[: SESSION_WIDTH - 1]), row[SESSION_WIDTH - 1]
+
+
+def joined_message(row, postgres: bool) -> StoredMessage | None:
+    """The message a `SESSION_WITH_IDS` row joins to its session's columns; None where it joined none."""
+    columns = row[SESSION_WIDTH : -1 if postgres else None]
+    return None if columns[0] is None else stored_message(columns)
+
+
+def lock_saw_the_latest(row) -> bool:
+    """Whether the statement of a `LOCK_SESSION_WITH_IDS_PG` row read the locked row's newest version."""
+    return bool(row[-1])
+
+
+def keyed_message(row) -> tuple[str, StoredMessage]:
+    """A `DEFINERS` row: the key, and the message that last defined it."""
+    return row[0], stored_message(row[1:])
+
+
+# A session's counts, in the order of `SessionSummary`'s fields, read from its row alone.
+SUMMARY_COLUMNS = "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at"
+
+
+def session_summary(row) -> SessionSummary:
+    """A row selected with `SUMMARY_COLUMNS`."""
+    return SessionSummary(*row)
+
+
+# One point of a session's history, in the order of `HistoryPoint`'s fields: the columns an append's last message holds.
+HISTORY_COLUMNS = "seq, turn, tokens_after, live_tokens_after, events_after, generation_after"
+
+
+def history_point(row) -> HistoryPoint:
+    """A row selected with `HISTORY_COLUMNS`."""
+    return HistoryPoint(*row)
+
+
+class Audited(NamedTuple):
+    """A message as `AUDIT` reads it, with its derived columns as stored."""
+
+    message: StoredMessage
+    content_hash: bytes
+    eff_defines: str
+    eff_refs: str
+    held: bool
+
+
+def audited(row) -> Audited:
+    """A row selected by `AUDIT`."""
+    content_hash, eff_defines, eff_refs, held = row[MESSAGE_WIDTH:]
+    return Audited(stored_message(row[:MESSAGE_WIDTH]), bytes(content_hash), eff_defines, eff_refs, bool(held))
+
+
+def hashed(row) -> tuple[StoredMessage, bytes]:
+    """A row selected with `FULL_COLUMNS` (or `message_columns`) and then ``content_hash``: the message, its hash."""
+    return stored_message(row[:MESSAGE_WIDTH]), bytes(row[MESSAGE_WIDTH])
+
+
+def with_length(row) -> tuple[StoredMessage, bytes, int]:
+    """A window's row: `hashed`, then the content's whole length (negative where the content read is whole)."""
+    message, content_hash = hashed(row)
+    length = row[MESSAGE_WIDTH + 1]
+    return message, content_hash, length if length >= 0 else len(message.content)
+
+
+# Columns of a row selected with `FULL_COLUMNS`, as getters (they run per row on the cold read paths).
+seq_column = itemgetter(0)
+content_column = itemgetter(3)
+metadata_column = itemgetter(6)  # the metadata as stored (JSON text), or None
+
+
+def verdict_row(row) -> tuple[int, str, str, int]:
+    """(seq, id, verdict, tokens) of a row selected with `FULL_COLUMNS`, as `VERDICTS_OF` selects them."""
+    return row[0], row[1], row[VERDICT_COLUMN], row[TOKENS_COLUMN]
+
+
+def first_value(rows: list[tuple]) -> object:
+    """The first column of the first row, or None where there is none."""
+    return rows[0][0] if rows else None
+
+
+def key_state(row) -> KeyState:
+    """A `KeyState` from a row selected by `KEYS_BY_NAME`."""
+    key, definer, support, kept_refs, evicted_refs = row
+    return KeyState(key, definer, support, kept_refs, evicted_refs)
+
+
 def msg_state(row) -> MsgState:
     seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens = row
     evicted = verdict == EVICTED
@@ -247,7 +358,7 @@ def msg_state(row) -> MsgState:
         refs=split_keys(refs),
         content_hash=bytes(content_hash),
         base=base,
-        restored=verdict == RESTORED or (evicted and base != KEPT),
+        restored=was_restored(base, verdict),
         turn=turn,
         tokens=tokens,
         visible=verdict in LIVE_VERDICTS,

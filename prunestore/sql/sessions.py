@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import TypeVar
 
 from ..engine.prompt import PromptCounters
 from ..errors import SessionIdCollisionError, shorten
 from ..model import StoredMessage
-from .driver import Driver
+from .driver import Driver, Statement
 from .rows import (
     DEFINERS,
     INSERT_SESSION,
@@ -22,14 +23,19 @@ from .rows import (
     LOCK_SESSION_WITH_IDS_PG,
     MESSAGES_BY_ID,
     SELECT_SESSION,
-    SESSION_WIDTH,
     SESSION_WITH_IDS,
     UPDATE_SESSION,
     SessionRow,
     Totals,
+    joined_message,
+    keyed_message,
+    lock_saw_the_latest,
+    session_row,
     stored_message,
 )
 from .sessionids import session_id
+
+_T = TypeVar("_T")
 
 UNSETTLED = -1  # the settings generation of a session row created in the running transaction
 
@@ -78,9 +84,10 @@ def update_session(
 
 def _named(row: tuple | None, name: str) -> SessionRow | None:
     """The session row read by `name`'s id, or None where there is none or it is another name's."""
-    if row is None or row[SESSION_WIDTH - 1] != name:
+    if row is None:
         return None
-    return SessionRow(*row[: SESSION_WIDTH - 1])
+    session, holder = session_row(row)
+    return session if holder == name else None
 
 
 def find_session(driver: Driver, name: str) -> SessionRow | None:
@@ -110,7 +117,7 @@ def create_session(driver: Driver, name: str) -> SessionRow:
     assert row is not None
     named = _named(row, name)
     if named is None:
-        holder = row[SESSION_WIDTH - 1]
+        _, holder = session_row(row)
         raise SessionIdCollisionError(
             f"session={shorten(name)}: its id is already that of the stored session {shorten(holder)}; "
             "use another name for it",
@@ -120,34 +127,40 @@ def create_session(driver: Driver, name: str) -> SessionRow:
     return named
 
 
-def lock_session_for_append(driver: Driver, name: str, ids: list[str]) -> tuple[SessionRow, dict[str, StoredMessage]]:
+def lock_session_for_append(
+    driver: Driver, name: str, ids: list[str], ahead: Callable[[int], Callable[[], _T]] | None = None
+) -> tuple[SessionRow, dict[str, StoredMessage], _T | None]:
     """Lock (creating if need be) the session and read the messages it already holds with these ids.
 
     One round trip for the common case: the lock and the retry check together.
+    `ahead(session_id)` may send more queries right behind the lock, to travel
+    with it (`Driver.send`), and returns what reads their rows; that result comes
+    third, or None where the session was not there to lock (the queries then ran
+    unlocked, and are not read).
     """
     select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
     sid = session_id(name)
     found: dict[str, StoredMessage] = {}
     row = None
+    read_ahead = None
     for start in range(0, max(len(ids), 1), 500):
-        rows = driver.all(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
-        if not rows or rows[0][SESSION_WIDTH - 1] != name:  # none yet, or another name's: create_session says
+        pending = driver.send(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
+        if start == 0 and ahead is not None:
+            read_ahead = ahead(sid)
+        rows = pending.rows()
+        named = session_row(rows[0]) if rows else None
+        if named is None or named[1] != name:  # none yet, or another name's: create_session says
+            read_ahead = None
             break
-        row = SessionRow(*rows[0][: SESSION_WIDTH - 1])
-        if driver.postgres and not rows[0][-1]:  # the snapshot predates the lock: read the ids again
+        row = named[0]
+        if driver.postgres and not lock_saw_the_latest(rows[0]):  # the snapshot predates the lock: read the ids again
             found = {m.id: m for m in map(stored_message, driver.chunks(MESSAGES_BY_ID, {"sid": sid}, "ids", ids))}
             break
-        found.update(
-            (m.id, m)
-            for m in (
-                stored_message(r[SESSION_WIDTH : -1 if driver.postgres else None])
-                for r in rows
-                if r[SESSION_WIDTH] is not None
-            )
-        )
+        joined = (joined_message(r, driver.postgres) for r in rows)
+        found.update((m.id, m) for m in joined if m is not None)
     if row is None:
         row = create_session(driver, name)
-    return row, found
+    return row, found, read_ahead() if read_ahead is not None else None
 
 
 class SessionState:
@@ -165,4 +178,21 @@ class SessionState:
         if not wanted or not self.last_seq:
             return {}
         rows = self._driver.chunks(DEFINERS, {"sid": self._sid}, "keys", wanted)
-        return {row[0]: stored_message(row[1:]) for row in rows}
+        return dict(map(keyed_message, rows))
+
+
+# The rows a session derives from its messages, and then the rest of its rows, its own row last.
+DELETE_DERIVED = [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_keys", "prunestore_hash_holders")
+]
+_DELETE_SESSION = DELETE_DERIVED + [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid")
+    for table in ("prunestore_messages", "prunestore_sessions")
+]
+
+
+def delete_rows(driver: Driver, sid: int) -> None:
+    """Every row of the session, its own row last."""
+    for statement in _DELETE_SESSION:
+        driver.run(statement, {"sid": sid})

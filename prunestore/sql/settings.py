@@ -16,11 +16,14 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from ..errors import TokenizerMismatchError
+from sqlalchemy.engine import Engine
+
+from ..errors import PolicyMismatchError, TokenizerMismatchError
 from ..model import Policy
 from ..text import count_tokens
+from . import db
 from .driver import Driver, Statement
 
 __all__ = ["Settings", "read_settings", "write_settings", "tokenizer_name", "load_tokenizer", "DEFAULT_TOKENIZER"]
@@ -97,3 +100,30 @@ def load_tokenizer(name: str) -> Callable[[str], int]:
     if not callable(found):
         raise TokenizerMismatchError(f"tokenizer={name!r}: not a function")
     return found
+
+
+def recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:
+    """The settings the store records, recorded now if it has none; a different explicit policy or tokenizer is refused.
+
+    A store from before tokenizers were recorded records the one it is opened with.
+    """
+    with db.transaction(engine, "read the store's settings") as driver:  # a read: the store may be read-only
+        recorded = read_settings(driver)
+    if recorded is None or recorded.tokenizer is None:
+        with db.transaction(engine, "record the store's settings", write=True) as driver:
+            chosen = tokenizer_name(tokenizer) if tokenizer is not None else DEFAULT_TOKENIZER
+            first = recorded or Settings(policy or Policy(), chosen)
+            write_settings(driver, replace(first, tokenizer=chosen), overwrite=False)  # another store may be first
+            recorded = read_settings(driver)
+            assert recorded is not None
+    if policy is not None and policy != recorded.policy:
+        raise PolicyMismatchError(
+            f"policy={policy!r}: the store at {engine.url!r} was created with {recorded.policy!r}; "
+            "open it with policy=None, or change it with rebuild(policy=...)"
+        )
+    if tokenizer is not None and tokenizer_name(tokenizer) != recorded.tokenizer:
+        raise TokenizerMismatchError(
+            f"tokenizer={tokenizer_name(tokenizer)!r}: the store's tokens were counted by {recorded.tokenizer!r}; "
+            "open it with tokenizer=None to use that one, or change it with rebuild(tokenizer=...)"
+        )
+    return recorded

@@ -86,14 +86,20 @@ class Undo:
 def last_append_at_or_before(driver: Driver, sid: int, seq: int) -> tuple[int, int] | None:
     """(since, turn before) of the journaled append that wrote `seq`, or None when it is not journaled."""
     row = driver.first(_LAST_APPEND, {"sid": sid, "seq": seq})
-    return (row[0], json.loads(row[1])[0]) if row else None
+    if row is None:
+        return None
+    since, entry = row
+    return since, json.loads(entry)[0]
 
 
 def changed_by_append(driver: Driver, sid: int, last_seq: int) -> set[int] | None:
     """The seqs of the stored messages that the append ending at `last_seq` changed, from its journal entry;
     None where that append is not journaled."""
     row = driver.first(_LAST_APPEND, {"sid": sid, "seq": last_seq})
-    return {seq for seq, *_ in json.loads(row[1])[1]} if row else None
+    if row is None:
+        return None
+    _, entry = row
+    return {seq for seq, *_ in json.loads(entry)[1]}
 
 
 def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:

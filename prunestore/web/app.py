@@ -28,7 +28,7 @@ from collections import Counter
 from collections.abc import Collection, Iterable, Sequence
 from datetime import datetime, timezone
 from itertools import groupby
-from typing import Any
+from typing import Any, cast
 from urllib.parse import quote, urlencode
 
 import jinja2
@@ -42,7 +42,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
-from ..formats import FORMATS
+from ..formats import FORMATS, Format
 from ..formats.plan import item_of
 from ..model import LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry, SessionSummary
@@ -313,7 +313,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         if chosen not in FORMATS:
             raise HTTPException(400, f"format={chosen[:30]!r}: must be one of {', '.join(FORMATS)}")
         placeholders = request.query_params.get("placeholders") == "1"
-        laid_out = prompt_page(stored, chosen, placeholders)
+        laid_out = prompt_page(stored, cast(Format, chosen), placeholders)  # one of FORMATS: checked above
         return page(request, "prompt.html", name=name, prompt=laid_out, placeholders=placeholders, formats=FORMATS)
 
     def chart(request: Request) -> Response:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..formats import render
+from ..formats import Format, render
 from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of
 from ..model import LIVE_VERDICTS, StoredMessage
 
@@ -57,7 +57,7 @@ class PromptPage:
     report: Any
 
 
-def format_of(stored: Sequence[StoredMessage]) -> str:
+def format_of(stored: Sequence[StoredMessage]) -> Format:
     """The provider format a session was imported from (its messages' metadata says), else OpenAI's."""
     for message in stored:
         if isinstance(message.metadata, dict) and "anthropic" in message.metadata:
@@ -117,7 +117,7 @@ def _anthropic(system: Any, messages: list[dict], sources: dict[str, str]) -> li
     return out
 
 
-def prompt_page(stored: Sequence[StoredMessage], format: str, placeholders: bool) -> PromptPage:
+def prompt_page(stored: Sequence[StoredMessage], format: Format, placeholders: bool) -> PromptPage:
     """`render`'s prompt for `format`, as parts, and every stored call it does not send."""
     rendered = render(stored, format, "placeholder" if placeholders else "omit")
     items = [item_of(m) for m in stored]
