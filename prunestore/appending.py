@@ -159,17 +159,21 @@ def append_locked(
     policy: Policy | Callable[[Driver, SessionRow], Policy],
     writes: list[Write] | None = None,
     locked: SessionRow | None = None,
+    expected: Policy | None = None,
 ) -> Delta:
     """Lock one session (unless `locked` is its row), skip retries, check turns, run the maintainer, write back.
 
-    `policy` may be a function of the locked row that returns it (the store settles its settings there).
+    `policy` may be a function of the locked row that returns it (the store settles its settings there);
+    `expected` is then the policy it most likely returns, for what to read ahead of the lock.
     What it wrote is added to `writes` (when given), for the live cache once the transaction commits.
     """
     batch = [s.message for s in states if s.message is not None]
     ids = list({s.id: None for s in states})
     ahead = None
     if locked is None:
-        row, stored, ahead = lock_session_for_append(driver, name, ids, read_ahead(driver, states))
+        expected = policy if isinstance(policy, Policy) else expected
+        reads = read_ahead(driver, states, expected.dedupe_roles if expected is not None else None)
+        row, stored, ahead = lock_session_for_append(driver, name, ids, reads)
     else:
         row = locked
         found = driver.chunks(MESSAGES_BY_ID, {"sid": row.session_id}, "ids", ids) if row.last_seq else []

@@ -89,7 +89,7 @@ def compare(
     and held flag; `key_rows` and `holder_rows` are the session's rows of
     the key and hash-holder indexes. The cursor is where the last eviction
     walk stopped, not a result: only that the prompt's messages below it are
-    held is checked (see `prompt.PromptKeeper`).
+    held is checked (see `engine.prompt.PromptKeeper`).
     """
     expected = expected_state(stored, policy)
     out: list[Mismatch] = []

@@ -3,7 +3,7 @@
 Workers parse lines, validate them and compute each message's derived
 columns (tokens, effective keys, content hash) while the main process
 appends the oldest prepared batch; a session's first batch is decided as one
-batch (`audit.FirstAppend`), later ones incrementally. One transaction per
+batch (`engine.first.FirstAppend`), later ones incrementally. One transaction per
 batch of lines; what a crash leaves behind is whole batches, and rerunning
 the import skips what is stored (same-id retries are no-ops). Memory is
 bounded by the batches in flight (one per worker, plus the one appended).

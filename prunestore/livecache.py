@@ -3,7 +3,7 @@
 A chatbot asks for the live list every turn. Read cold, 7,500 rows cost about
 20 ms on SQLite, most of it the driver making cells and Python making objects,
 and it grows with the session. Every write to a session sets a new random
-stamp on its row, in the transaction that writes (`storage.update_session`),
+stamp on its row, in the transaction that writes (`sql.sessions.update_session`),
 so one read of that row tells whether a list read earlier is still the
 session's state. An append made through the same store moves its session's
 entry forward by naming the seqs whose rows it wrote; the next `live()` reads
@@ -66,7 +66,7 @@ class Entry:
 
     sid: int
     stamp: int
-    rows: list[tuple]  # live rows as selected with `storage.FULL_COLUMNS`, in seq order
+    rows: list[tuple]  # live rows as selected with `sql.rows.FULL_COLUMNS`, in seq order
     shared: list[StoredMessage]  # the message of each row, handed to every caller
     size: int
     pending: frozenset[int] = frozenset()

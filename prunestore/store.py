@@ -264,7 +264,7 @@ class PruneStore(StoreReads):
 
         def run(driver: Driver, writes: list[Write]) -> dict[str, Delta]:
             for name, states in work:
-                deltas[name] = append_locked(driver, name, states, self._settled, writes)
+                deltas[name] = append_locked(driver, name, states, self._settled, writes, expected=self.policy)
             return deltas
 
         return self._writing(action, run, pipelined=True)

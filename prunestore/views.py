@@ -88,7 +88,7 @@ class View:
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def apply(self, rows: Iterable[tuple], cut: int | None = None) -> None:
-        """Take in rows read with `storage.FULL_COLUMNS` (new ones, and old ones whose verdict changed),
+        """Take in rows read with `sql.rows.FULL_COLUMNS` (new ones, and old ones whose verdict changed),
         after forgetting the messages after seq `cut` (when given: a truncate or pop took them back)."""
         with self.lock:
             if cut is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from contextlib import contextmanager, nullcontext
+from contextlib import contextmanager
 from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -259,23 +259,48 @@ def transaction(
                 driver.execute_plain("BEGIN IMMEDIATE" if write else "BEGIN")
             elif snapshot:
                 driver.execute_plain(_SNAPSHOT_PG)
-        pipeline = driver.raw.pipeline() if pipelined and driver.can_pipeline else nullcontext()
-        try:
-            with driver.errors_as(action), pipeline:  # a pipeline reports a failed write at its end
+        if pipelined and driver.can_pipeline:
+            with _pipelined(driver, action):
                 yield driver
-                if driver.pipelining:
-                    driver.execute_plain("COMMIT")  # sent with the writes when the pipeline ends
+            return
+        try:
+            yield driver
         except BaseException:
             with driver.errors_as(action):
                 driver.raw.rollback()
             raise
         with driver.errors_as(action):
-            driver.raw.commit()  # nothing left to do after a pipelined COMMIT
+            driver.raw.commit()
     except DatabaseError as exc:
         _forget_if_disconnected(engine, pooled, exc)
         raise
     finally:
         pooled.close()
+
+
+@contextmanager
+def _pipelined(driver: Driver, action: str) -> Iterator[None]:
+    """A transaction in psycopg's pipeline mode whose BEGIN and COMMIT travel with its statements.
+
+    psycopg would begin the transaction with a round trip of its own; in
+    autocommit mode it sends ours as given, queued with the first reads.
+    """
+    raw = driver.raw
+    with driver.errors_as(action):
+        raw.autocommit = True
+    try:
+        with driver.errors_as(action), raw.pipeline():  # a pipeline reports a failed write at its end
+            driver.execute_plain("BEGIN")
+            yield
+            driver.execute_plain("COMMIT")
+    except BaseException:
+        with driver.errors_as(action):
+            raw.rollback()  # a ROLLBACK where the transaction is still open
+        raise
+    finally:
+        if not raw.closed:  # a lost connection is the pool's to discard
+            with driver.errors_as(action):
+                raw.autocommit = False  # as the pool lent it
 
 
 def _forget_if_disconnected(engine: Engine, pooled: sa.PoolProxiedConnection, exc: DatabaseError) -> None:

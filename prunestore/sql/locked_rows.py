@@ -11,13 +11,13 @@ restoration that walks further, a removal event) is read as usual.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from ..engine.prompt import PromptCounters
 from ..engine.state import KeyState, MsgState
-from .driver import Driver, Pending
+from .driver import Driver
 from .rows import (
-    DEFINER_STATES,
     DELETE_HOLDER,
     EXPIRING,
     EXPIRING_BEFORE,
@@ -26,6 +26,7 @@ from .rows import (
     INSERT_HOLDER,
     INSERT_MESSAGE,
     KEYS_BY_NAME,
+    KEYS_WITH_DEFINERS,
     LAST_TOOL_HOLDER,
     LIVE_AFTER,
     MESSAGES_BY_SEQ,
@@ -38,6 +39,7 @@ from .rows import (
     first_value,
     join_keys,
     key_state,
+    key_with_definer,
     msg_state,
 )
 from .sessions import update_session
@@ -200,22 +202,23 @@ class Ahead:
     expiring: list[MsgState] | None = None  # expiring from the session's current turn to the batch's last
 
 
-def read_ahead(driver: Driver, states: list[MsgState]) -> Callable[[int], Callable[[], Ahead]] | None:
-    """For `sessions.lock_session_for_append`: the queries to send behind the lock, while pipelining."""
+def read_ahead(
+    driver: Driver, states: list[MsgState], dedupe_roles: AbstractSet[str] | None
+) -> Callable[[int], Callable[[], Ahead]] | None:
+    """For `sessions.lock_session_for_append`: the queries to send behind the lock, while pipelining.
+
+    `dedupe_roles` are those of the policy the append expects (None: unknown, every role's content is looked up).
+    """
     if not driver.pipelining or not states or len(states) > AHEAD_AT_MOST:
         return None
     tool_keys = list(dict.fromkeys(s.tool_key for s in states if s.tool_key is not None))
     keys = list(dict.fromkeys(k for s in states for k in (*s.defines, *s.refs)))
-    hashes = list(dict.fromkeys(s.content_hash for s in states))
+    hashes = list(dict.fromkeys(s.content_hash for s in states if dedupe_roles is None or s.role in dedupe_roles))
     last_turn = max(s.turn for s in states)
 
     def send(sid: int) -> Callable[[], Ahead]:
         holders = [(k, driver.send(LAST_TOOL_HOLDER, {"sid": sid, "tool_key": k})) for k in tool_keys]
-        key_rows: Pending | None = None
-        definers: Pending | None = None
-        if keys:
-            key_rows = driver.send(KEYS_BY_NAME, {"sid": sid, "keys": keys})
-            definers = driver.send(DEFINER_STATES, {"sid": sid, "keys": keys})
+        key_rows = driver.send(KEYS_WITH_DEFINERS, {"sid": sid, "keys": keys}) if keys else None
         firsts = [(h, driver.send(FIRST_HOLDER_AFTER, {"sid": sid, "content_hash": h, "after": 0})) for h in hashes]
         expiring = driver.send(EXPIRING_BEFORE, {"sid": sid, "hi": last_turn})
 
@@ -224,10 +227,12 @@ def read_ahead(driver: Driver, states: list[MsgState]) -> Callable[[int], Callab
             for key, pending in holders:
                 rows = pending.rows()
                 ahead.tool_holders[key] = msg_state(rows[0]) if rows else None
-            if key_rows is not None and definers is not None:
+            if key_rows is not None:
                 ahead.keys = dict.fromkeys(keys)
-                ahead.keys.update((ks.key, ks) for ks in map(key_state, key_rows.rows()))
-                ahead.states = {s.seq: s for s in map(msg_state, definers.rows())}
+                for ks, definer in map(key_with_definer, key_rows.rows()):
+                    ahead.keys[ks.key] = ks
+                    if definer is not None:
+                        ahead.states[definer.seq] = definer
             for content_hash, pending in firsts:
                 ahead.first_holders[content_hash] = first_value(pending.rows())  # type: ignore[assignment]
             ahead.expiring = [msg_state(row) for row in expiring.rows()]

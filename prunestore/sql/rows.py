@@ -120,8 +120,8 @@ EXPIRING = Statement(
     f"AND expires_after_turn >= :lo AND expires_after_turn < :hi AND {_SURVIVES_PASS_1}"
 )
 KEYS_BY_NAME = Statement(
-    "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys "
-    "WHERE session_id = :sid AND key IN :keys",
+    "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid "
+    "AND key IN :keys"
 )
 # What the store reads of a session's messages: the prompt (all of it, or some seqs of it) and every message.
 LIVE_MESSAGES = Statement(
@@ -148,10 +148,13 @@ LIVE_AFTER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq > :after "
     f"AND verdict IN {sql_set(SURVIVING_VERDICTS)} ORDER BY seq LIMIT :limit"
 )
-# What an append reads ahead (`locked_rows.read_ahead`): the states of the keys' last definers, and the
+# What an append reads ahead (`locked_rows.read_ahead`): its keys with their last definers' states, and the
 # messages whose expiry the append's turns may cross, from the session's current turn on.
-DEFINER_STATES = Statement(
-    "SELECT " + ", ".join("m." + c for c in _STATE.split(", ")) + " FROM prunestore_keys k JOIN prunestore_messages m "
+_KEY_COLUMNS = "key, definer_seq, support, kept_refs, evicted_refs"
+KEYS_WITH_DEFINERS = Statement(
+    "SELECT "
+    + ", ".join([*("k." + c for c in _KEY_COLUMNS.split(", ")), *("m." + c for c in _STATE.split(", "))])
+    + " FROM prunestore_keys k LEFT JOIN prunestore_messages m "
     "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
 )
 EXPIRING_BEFORE = Statement(
@@ -345,6 +348,12 @@ def key_state(row) -> KeyState:
     return KeyState(key, definer, support, kept_refs, evicted_refs)
 
 
+def key_with_definer(row) -> tuple[KeyState, MsgState | None]:
+    """A `KEYS_WITH_DEFINERS` row: the key, and its last definer's state (None where nothing defines it)."""
+    definer = row[5:]
+    return key_state(row[:5]), msg_state(definer) if definer[0] is not None else None
+
+
 def msg_state(row) -> MsgState:
     seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens = row
     evicted = verdict == EVICTED
@@ -373,7 +382,7 @@ class SessionRow:
     """A session row as read (under its lock, for writers): key, turn, last seq, stamp, prompt and token totals.
 
     `generation` is that of the store settings its state was computed under
-    (`prunestore.settings`); `UNSETTLED` for a session created in this
+    (`prunestore.sql.settings`); `UNSETTLED` for a session created in this
     transaction, which takes the settings' own.
     """
 

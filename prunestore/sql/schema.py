@@ -44,7 +44,7 @@ SESSIONS = sa.Table(
     sa.Column("last_seq", sa.BigInteger, nullable=False),
     # A new random value on every write to the session; NULL until its first write after 0003.
     sa.Column("stamp", sa.BigInteger),
-    # The prompt's totals under a budget or `clear_at_least` (see `prunestore.prompt`); 0 otherwise.
+    # The prompt's totals under a budget or `clear_at_least` (see `prunestore.engine.prompt`); 0 otherwise.
     sa.Column("prompt_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("pending_tokens", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("events", sa.BigInteger, nullable=False, server_default="0"),
@@ -87,10 +87,10 @@ MESSAGES = sa.Table(
     # The verdict of passes 1-2 alone, and the final verdict after restoration (under a budget: evicted, pending).
     sa.Column("base", sa.String(16), nullable=False),
     sa.Column("verdict", sa.String(16), nullable=False),
-    # 1 for a message in the prompt below its session's prompt_cursor (see `prunestore.prompt`).
+    # 1 for a message in the prompt below its session's prompt_cursor (see `prunestore.engine.prompt`).
     sa.Column("held", sa.SmallInteger, nullable=False, server_default="0"),
     # On the first message of each append: the undo journal entry of that append
-    # (`prunestore.undo`); NULL elsewhere, and where history predates the journal.
+    # (`prunestore.sql.undo`); NULL elsewhere, and where history predates the journal.
     sa.Column("undo", sa.Text),
     # On the last message of each append: the session's tokens, live tokens and removal events
     # after it, the history of the prompt's size; NULL elsewhere.
