@@ -33,18 +33,6 @@ from .sql.sessions import lock_session_for_append
 from .sql.undo import journal_entry
 from .text import count_tokens
 
-__all__ = [
-    "MAX_SESSION_NAME",
-    "DEFAULT_MAX_CONTENT_BYTES",
-    "DEFAULT_MAX_METADATA_BYTES",
-    "Options",
-    "Write",
-    "append_locked",
-    "as_batch",
-    "check_ids",
-    "check_session_name",
-]
-
 MAX_SESSION_NAME = 512
 DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON

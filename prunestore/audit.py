@@ -26,8 +26,6 @@ from .prune import prune
 from .results import Mismatch
 from .sql.rows import Totals
 
-__all__ = ["ExpectedState", "expected_state", "compare"]
-
 
 @dataclass
 class ExpectedState:

@@ -19,17 +19,6 @@ from .sql.driver import Driver, Statement
 from .sql.rows import SUMMARY_COLUMNS, session_summary
 from .sql.sessions import delete_rows
 
-__all__ = [
-    "check_whole",
-    "check_text",
-    "page_params",
-    "idle_cutoff",
-    "list_names",
-    "list_summaries",
-    "remove_idle",
-    "BATCH_MESSAGES",
-]
-
 _NO_LIMIT = 2**62
 # A removal transaction also ends once it has removed this many messages: on SQLite
 # it holds the write lock, and long sessions would make other writers wait.

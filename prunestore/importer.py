@@ -34,8 +34,6 @@ from .model import KEPT, Message, unchecked
 from .sql import db
 from .store import PruneStore
 
-__all__ = ["ImportSummary", "ImportInterrupted", "import_files", "open_bytes"]
-
 Record = tuple  # (session, Message fields as a dict, tokens, defines, refs, hash, metadata, line): cheap to pickle
 
 _GZIP_MAGIC = b"\x1f\x8b"

@@ -35,18 +35,6 @@ from .sql.schema import MESSAGES
 from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
 from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 
-__all__ = [
-    "rebuild_session",
-    "recount",
-    "cut",
-    "copy_prefix",
-    "fork_into",
-    "lock_existing",
-    "seq_of",
-    "delta_between",
-    "MESSAGE_AT",
-]
-
 _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
     "WHERE session_id = :sid AND seq = :seq"

@@ -41,8 +41,6 @@ from .sql.rows import (
 )
 from .views import Form, View, ViewEntry
 
-__all__ = ["DEFAULT_LIVE_CACHE_BYTES", "Entry", "LiveCache", "check_cache_bytes", "read_live", "read_view"]
-
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
 

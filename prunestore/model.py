@@ -15,17 +15,30 @@ from typing import Any, Final, Literal, TypeVar, get_args
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
 from .text import KEY_PATTERN, marker_defines, marker_refs
 
-__all__ = [
-    "ROLES",
-    "VERDICTS",
+__all__ = [  # the values users meet; the helpers below serve the package
     "Message",
     "StoredMessage",
     "Policy",
-    "effective_defines",
-    "effective_refs",
-    "encode_metadata",
-    "MESSAGE_FIELDS",
-    "unchecked",
+    "Role",
+    "Verdict",
+    "RestoreMode",
+    "ROLES",
+    "VERDICTS",
+    "KEPT",
+    "RESTORED",
+    "SUPERSEDED",
+    "EXPIRED",
+    "DUPLICATE",
+    "EVICTED",
+    "PENDING",
+    "LIVE_VERDICTS",
+    "SURVIVING_VERDICTS",
+    "BUDGET_VERDICTS",
+    "PASS_1_SURVIVORS",
+    "REFERRING_VERDICTS",
+    "RESTORE_MODES",
+    "MAX_IDENTIFIER_BYTES",
+    "MAX_KEYS",
 ]
 
 Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc"]

@@ -57,8 +57,6 @@ from .sql.rows import (
 )
 from .sql.undo import changed_by_append
 
-__all__ = ["entry", "window", "history", "summary", "stats", "verify", "verify_sessions"]
-
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # The length of the text as given, and the text's first characters (twice as many: an escaped text may be
 # longer). PostgreSQL: each escape of a NUL-escaped text (`sql.rows.encode_content`) is one character.

@@ -34,8 +34,6 @@ from typing import Any, Protocol
 from .model import StoredMessage
 from .sql.rows import metadata_column, seq_column, stored_message
 
-__all__ = ["Form", "Unit", "View", "ViewEntry"]
-
 _ITEM_OVERHEAD = (
     1150  # bytes a message costs beyond its text: the framework's object and this view's bookkeeping (tracemalloc)
 )

@@ -161,3 +161,63 @@ def test_rows_are_read_by_position_only_in_the_row_module(module):
         return
     lines = [line.strip() for line in MODULES[module].read_text().splitlines() if POSITIONAL.search(line)]
     assert not lines, f"{module} reads rows by position (decode them in prunestore.sql.rows): {lines}"
+
+
+# -- __all__ says what a public module offers; internal modules have none -------------
+
+PUBLIC = {
+    "prunestore",
+    "prunestore.aio",
+    "prunestore.store",
+    "prunestore.errors",
+    "prunestore.model",
+    "prunestore.results",
+    "prunestore.prune",
+    "prunestore.text",
+    "prunestore.frozen",
+    "prunestore.jsonl",
+    "prunestore.formats",
+    "prunestore.cli",
+    "prunestore.web",
+    "prunestore.sql.db",
+    "prunestore.sql.partitions",
+    "prunestore.showcase.workloads",
+    "prunestore.showcase.costs",
+    "prunestore.integrations.langchain",
+    "prunestore.integrations.openai_agents",
+    "prunestore.integrations.openai_chat",
+}
+
+
+@pytest.mark.parametrize("module", sorted(m for m in MODULES if not m.endswith("__main__")))
+def test_all_is_true_in_public_modules_and_absent_in_internal_ones(module):
+    tree = ast.parse(MODULES[module].read_text())
+    listed = [
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__" for t in node.targets)
+    ]
+    if module not in PUBLIC:
+        assert not listed, f"{module} is internal: it needs no __all__"
+        return
+    assert len(listed) == 1, f"{module} is public: its __all__ says what it offers"
+    names = ast.literal_eval(listed[0])
+    defined = {
+        name
+        for node in tree.body
+        for name in (
+            [node.name]
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))
+            else [
+                n.id
+                for t in getattr(node, "targets", [getattr(node, "target", None)])
+                for n in ast.walk(t)  # a name, or the names a tuple assigns
+                if isinstance(n, ast.Name)
+            ]
+            if isinstance(node, (ast.Assign, ast.AnnAssign))
+            else [a.asname or a.name for a in node.names]
+            if isinstance(node, (ast.Import, ast.ImportFrom))
+            else []
+        )
+    }
+    assert sorted(set(names) - defined) == [], f"{module}.__all__ names what it does not define"

@@ -11,8 +11,6 @@ from .plan import Item, as_blocks, assistant_text, call_input, kept_calls, plain
 from .text import anthropic_text
 from .transcripts import Importer, KeysHook, check_dict, check_list
 
-__all__ = ["from_anthropic", "to_anthropic"]
-
 
 def from_anthropic(
     messages: Sequence[Mapping[str, Any]],

@@ -12,8 +12,6 @@ from .plan import Item, assistant_text, kept_calls, plain_text, result_text
 from .text import OPENAI_ROLES, anthropic_text, openai_text
 from .transcripts import Continuation, Importer, KeysHook, check_dict, check_list
 
-__all__ = ["from_openai", "to_openai"]
-
 
 def from_openai(
     messages: Sequence[Mapping[str, Any]],

@@ -23,8 +23,6 @@ from typing import Any
 from ..model import DUPLICATE, EVICTED, EXPIRED, LIVE_VERDICTS, SUPERSEDED, StoredMessage
 from .text import OPENAI_ROLES, anthropic_text, openai_text
 
-__all__ = ["RenderReport", "Rendered", "Item", "Call", "plan_prompt", "DROPPED_MODES", "PLACEHOLDERS"]
-
 DROPPED_MODES = ("omit", "placeholder")
 PLACEHOLDERS = {
     SUPERSEDED: "[result pruned: superseded by a later call of the same tool with the same arguments]",

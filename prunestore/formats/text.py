@@ -7,9 +7,6 @@ import json
 from ..errors import InvalidMessageError, shorten
 from ..model import Role
 
-__all__ = ["OPENAI_ROLES", "openai_text", "anthropic_text"]
-
-
 OPENAI_ROLES: dict[str, Role] = {"system": "system", "developer": "system", "user": "user", "assistant": "assistant"}
 
 

@@ -15,8 +15,6 @@ from typing import Any
 from ..errors import InvalidMessageError, shorten
 from ..model import MAX_IDENTIFIER_BYTES, Message, Role
 
-__all__ = ["ToolResult", "KeysHook", "Continuation", "openai_calls", "tool_key", "Importer", "check_list", "check_dict"]
-
 
 @dataclass(frozen=True)
 class ToolResult:

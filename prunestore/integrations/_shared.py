@@ -23,8 +23,6 @@ from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..text import KEY_PATTERN
 
-__all__ = ["call_key", "importer_after", "with_call_keys", "on_store", "blocking"]
-
 _MAX_PLAIN_ID = 100
 
 

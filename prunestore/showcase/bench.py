@@ -30,8 +30,6 @@ from ..prune import prune
 from ..store import PruneStore
 from .workloads import generate
 
-__all__ = ["compare_per_turn", "draw", "plotting"]
-
 WINDOW = 5  # turns measured at each length
 
 

@@ -17,8 +17,6 @@ from ..store import PruneStore
 from .costs import prompt_costs
 from .workloads import WORKLOADS, generate
 
-__all__ = ["DEFAULT_SIZES", "DemoRow", "BudgetRow", "run_demo", "budget_run"]
-
 DEFAULT_SIZES = (50, 200, 500, 1000, 2000)
 
 

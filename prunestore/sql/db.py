@@ -280,11 +280,8 @@ def transaction(
 
 @contextmanager
 def _pipelined(driver: Driver, action: str) -> Iterator[None]:
-    """A transaction in psycopg's pipeline mode whose BEGIN and COMMIT travel with its statements.
-
-    psycopg would begin the transaction with a round trip of its own; in
-    autocommit mode it sends ours as given, queued with the first reads.
-    """
+    """A transaction in psycopg's pipeline mode whose BEGIN and COMMIT travel with its statements (psycopg
+    begins one with a round trip of its own; in autocommit mode it sends ours, queued with the first reads)."""
     raw = driver.raw
     with driver.errors_as(action):
         raw.autocommit = True

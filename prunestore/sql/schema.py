@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-__all__ = ["metadata", "VERSION_TABLE", "MESSAGES", "SESSIONS", "KEYS", "HASH_HOLDERS", "SETTINGS"]
-
 VERSION_TABLE = "prunestore_alembic_version"
 
 metadata = sa.MetaData()

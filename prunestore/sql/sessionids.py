@@ -19,8 +19,6 @@ from __future__ import annotations
 
 from hashlib import blake2b
 
-__all__ = ["session_id"]
-
 _PERSON = b"prunestore-sid"
 
 

@@ -26,8 +26,6 @@ from ..text import count_tokens
 from . import db
 from .driver import Driver, Statement
 
-__all__ = ["Settings", "read_settings", "write_settings", "tokenizer_name", "load_tokenizer", "DEFAULT_TOKENIZER"]
-
 _READ = "SELECT name, value FROM prunestore_settings WHERE name IN ('policy', 'tokenizer', 'generation')"
 _SELECT = Statement(_READ)
 # A writer creating a session holds the settings rows until it commits, so that a change waits for it

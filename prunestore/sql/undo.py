@@ -22,16 +22,6 @@ from ..model import LIVE_VERDICTS
 from .driver import Driver, Statement
 from .rows import DELETE_KEY, INSERT_HOLDER, UPDATE_VERDICT, UPSERT_KEY
 
-__all__ = [
-    "journal_entry",
-    "Undo",
-    "last_append_at_or_before",
-    "changed_by_append",
-    "read_undo",
-    "apply_undo",
-    "CLEAR_JOURNAL",
-]
-
 # Walks back along the primary key from `seq` to the first message of its append.
 _LAST_APPEND = Statement(
     "SELECT seq, undo FROM prunestore_messages WHERE session_id = :sid AND seq <= :seq AND undo IS NOT NULL "

@@ -51,8 +51,6 @@ from ..store import PruneStore
 from .chart import tokens_chart
 from .prompt import CallMark, call_marks, format_of, prompt_page
 
-__all__ = ["create_app", "LOOPBACK_HOSTS", "PAGE_SIZE", "WINDOW", "ROW_CHARS", "MESSAGE_CHARS"]
-
 PAGE_SIZE = 50  # sessions per page
 WINDOW = 100  # messages per window of a session
 ROW_CHARS = 2_000  # of a message's text in a session's window

@@ -13,8 +13,6 @@ from itertools import groupby
 
 from ..results import HistoryPoint
 
-__all__ = ["Chart", "Tick", "per_turn", "thinned", "tokens_chart", "MOST_POINTS"]
-
 WIDTH, HEIGHT = 960, 360
 LEFT, RIGHT, TOP, BOTTOM = 72, 16, 16, 40
 # Beyond this many turns several fall on one pixel: each column keeps only the points that shape it.

@@ -18,8 +18,6 @@ from ..formats import Format, render
 from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of
 from ..model import LIVE_VERDICTS, StoredMessage
 
-__all__ = ["Part", "WireMessage", "LeftOut", "PromptPage", "CallMark", "prompt_page", "format_of", "call_marks"]
-
 _PLACEHOLDER_TEXTS = (*PLACEHOLDERS.values(), ABANDONED)
 
 
