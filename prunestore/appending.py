@@ -18,6 +18,7 @@ from .engine.state import MsgState, NoRows, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
 from .model import (
     MAX_IDENTIFIER_BYTES,
+    MAX_SESSION_NAME,
     MESSAGE_FIELDS,
     Message,
     Policy,
@@ -33,7 +34,6 @@ from .sql.sessions import lock_session_for_append
 from .sql.undo import journal_entry
 from .text import count_tokens
 
-MAX_SESSION_NAME = 512
 DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
 

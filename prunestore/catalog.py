@@ -1,6 +1,7 @@
 """The store's sessions as a catalog: listed a page at a time, and removed when idle.
 
-Pages are keyed by name (``name > :after ORDER BY name LIMIT n``), so a page
+Pages are keyed by name (``name > :after ORDER BY name LIMIT n``, names in
+code point order on both backends), so a page
 costs the same at any depth and a session created or removed meanwhile
 never shifts the next one. Last writes are Unix seconds on the session row
 (every write sets it); idleness is measured against them.
@@ -13,7 +14,7 @@ import time
 from datetime import timedelta
 
 from .errors import InvalidArgumentError, shorten
-from .model import storable_text_problem
+from .model import MAX_SESSION_NAME, storable_text_problem
 from .results import SessionSummary
 from .sql.driver import Driver, Statement
 from .sql.rows import SUMMARY_COLUMNS, session_summary
@@ -24,48 +25,65 @@ _NO_LIMIT = 2**62
 # it holds the write lock, and long sessions would make other writers wait.
 BATCH_MESSAGES = 2000
 
-# The filters a page may have, each only when asked for: an always-true condition
-# would still cost PostgreSQL its estimate, and with it the index scan in name order.
-# The prefix is compared as a leading substring, not with LIKE: no escaping, and
-# case-sensitive on both backends.
-_PREFIX = " AND substr(name, 1, :prefix_length) = :prefix"
+# Names are ordered by code point (their UTF-8 bytes) on both backends: SQLite compares bytes, and
+# PostgreSQL compares `name COLLATE "C"`, served by an index of its own (migration 0011), whatever the
+# database's collation. A prefix is then a range of that order, [prefix, prefix_end): a page of it reads
+# what it returns. Filters come only when asked for: an always-true condition would still cost
+# PostgreSQL its estimate, and with it the index scan in name order.
+_NAME = {False: "name", True: 'name COLLATE "C"'}  # by backend: PostgreSQL or not
+
+
+def _prefix(postgres: bool) -> str:
+    name = _NAME[postgres]
+    return f" AND {name} >= :prefix AND {name} < :prefix_end"
+
+
 _IDLE = " AND updated_at < :cutoff"
 
 
-def _page(columns: str, prefix: bool, idle: bool) -> Statement:
+def _page(columns: str, postgres: bool, prefix: bool, idle: bool) -> Statement:
     """A page of sessions in name order after `:after`, with the filters asked for."""
+    name = _NAME[postgres]
     return Statement(
-        f"SELECT {columns} FROM prunestore_sessions WHERE name > :after"
-        + (_PREFIX if prefix else "")
+        f"SELECT {columns} FROM prunestore_sessions WHERE {name} > :after"
+        + (_prefix(postgres) if prefix else "")
         + (_IDLE if idle else "")
-        + " ORDER BY name LIMIT :limit"
+        + f" ORDER BY {name} LIMIT :limit"
     )
 
 
-_NAMES = {(prefix, idle): _page("name", prefix, idle) for prefix in (False, True) for idle in (False, True)}
-_SUMMARIES = {
-    (prefix, idle): _page(SUMMARY_COLUMNS, prefix, idle) for prefix in (False, True) for idle in (False, True)
-}
+_CASES = [(postgres, prefix, idle) for postgres in (False, True) for prefix in (False, True) for idle in (False, True)]
+_NAMES = {case: _page("name", *case) for case in _CASES}
+_SUMMARIES = {case: _page(SUMMARY_COLUMNS, *case) for case in _CASES}
 # Pages in another order: the largest first (by a column of the summary), ties by name; the next page
 # starts after the last row's (value, name). They sort every session row matching: an operator's page.
 ORDERS = {"messages": "last_seq", "tokens": "tokens", "live_tokens": "live_tokens", "updated_at": "updated_at"}
 _SORTED = {
-    (order, prefix, after): Statement(
-        f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE name > ''"
-        + (_PREFIX if prefix else "")
-        + (f" AND ({column} < :after_value OR ({column} = :after_value AND name > :after))" if after else "")
-        + f" ORDER BY {column} DESC, name LIMIT :limit"
+    (order, postgres, prefix, after): Statement(
+        f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE {_NAME[postgres]} > ''"
+        + (_prefix(postgres) if prefix else "")
+        + (
+            f" AND ({column} < :after_value OR ({column} = :after_value AND {_NAME[postgres]} > :after))"
+            if after
+            else ""
+        )
+        + f" ORDER BY {column} DESC, {_NAME[postgres]} LIMIT :limit"
     )
     for order, column in ORDERS.items()
+    for postgres in (False, True)
     for prefix in (False, True)
     for after in (False, True)
 }
 _COUNT = {
-    prefix: Statement("SELECT count(*) FROM prunestore_sessions" + (" WHERE name > ''" + _PREFIX if prefix else ""))
+    (postgres, prefix): Statement(
+        "SELECT count(*) FROM prunestore_sessions"
+        + (f" WHERE {_NAME[postgres]} > ''" + _prefix(postgres) if prefix else "")
+    )
+    for postgres in (False, True)
     for prefix in (False, True)
 }
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
-IDLE_PAGE = _page("name, session_id, last_seq", prefix=False, idle=True)
+IDLE_PAGE = {postgres: _page("name, session_id, last_seq", postgres, False, True) for postgres in (False, True)}
 # PostgreSQL then locks each session's row by its id (so the statement runs on one
 # shard of a distributed database); a row another writer changed meanwhile is
 # checked again after the wait, and left out if it is no longer idle.
@@ -84,10 +102,25 @@ def page_params(prefix: object, idle_for: object, limit: object, after: object, 
         check_whole(limit_field, limit, 1)
     page: dict = {"after": after or "", "limit": limit if limit is not None else _NO_LIMIT}  # names are never empty
     if isinstance(prefix, str) and prefix:
-        page.update(prefix=prefix, prefix_length=len(prefix))
+        page.update(prefix=prefix, prefix_end=prefix_end(prefix))
     if idle_for is not None:
         page["cutoff"] = idle_cutoff(idle_for)
     return page
+
+
+def prefix_end(prefix: str) -> str:
+    """The first string in code point order after every string that starts with `prefix`.
+
+    Its last character that is not the largest code point, one up (past the
+    surrogates, which no stored text holds), with what follows it dropped;
+    after a prefix of nothing but the largest code point, only longer such strings come.
+    """
+    for i in range(len(prefix) - 1, -1, -1):
+        code = ord(prefix[i])
+        if code < 0x10FFFF:
+            following = code + 1 if code + 1 != 0xD800 else 0xE000
+            return prefix[:i] + chr(following)
+    return "\U0010ffff" * (MAX_SESSION_NAME + 1)  # no name is this long: every one with the prefix is below it
 
 
 MOST = 2**62  # the largest count or seq an argument may give: sums of two stay within 64-bit integers
@@ -118,21 +151,21 @@ def idle_cutoff(idle_for: object) -> int:
 
 
 def list_names(driver: Driver, page: dict) -> list[str]:
-    return [name for (name,) in driver.all(_NAMES["prefix" in page, "cutoff" in page], page)]
+    return [name for (name,) in driver.all(_NAMES[driver.postgres, "prefix" in page, "cutoff" in page], page)]
 
 
 def list_summaries(driver: Driver, page: dict, order: str = "name") -> list[SessionSummary]:
     """A page of sessions with their counts, each read from the session's own row, in `order`."""
     if order == "name":
-        statement = _SUMMARIES["prefix" in page, "cutoff" in page]
+        statement = _SUMMARIES[driver.postgres, "prefix" in page, "cutoff" in page]
     else:
-        statement = _SORTED[order, "prefix" in page, "after_value" in page]
+        statement = _SORTED[order, driver.postgres, "prefix" in page, "after_value" in page]
     return [session_summary(row) for row in driver.all(statement, page)]
 
 
 def count_sessions(driver: Driver, page: dict) -> int:
     """How many sessions a page's prefix matches (every session without one)."""
-    return int(driver.scalar(_COUNT["prefix" in page], page) or 0)
+    return int(driver.scalar(_COUNT[driver.postgres, "prefix" in page], page) or 0)
 
 
 def remove_idle(driver: Driver, page: dict, dry_run: bool) -> tuple[list[tuple[str, int]], str | None]:
@@ -145,7 +178,7 @@ def remove_idle(driver: Driver, page: dict, dry_run: bool) -> tuple[list[tuple[s
     removed: list[tuple[str, int]] = []
     last = None
     count = 0
-    for name, session_id, last_seq in driver.all(IDLE_PAGE, page):
+    for name, session_id, last_seq in driver.all(IDLE_PAGE[driver.postgres], page):
         last = name
         if driver.postgres and not dry_run:  # SQLite's writer already holds the database
             last_seq = driver.scalar(STILL_IDLE_PG, {"sid": session_id, "cutoff": page["cutoff"]})

@@ -38,6 +38,7 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "REFERRING_VERDICTS",
     "RESTORE_MODES",
     "MAX_IDENTIFIER_BYTES",
+    "MAX_SESSION_NAME",
     "MAX_KEYS",
 ]
 
@@ -155,6 +156,7 @@ def _check_turn(field_name: str, value: object, minimum: int) -> None:
         raise _fail(field_name, value, f"must be <= {MAX_TURN}")
 
 
+MAX_SESSION_NAME = 512  # characters of a session name
 MAX_IDENTIFIER_BYTES = 1024  # an id, tool key or key, UTF-8 encoded: PostgreSQL indexes hold up to 2,704 bytes
 MAX_KEYS = 10_000  # keys a message defines or refers to, in a field or by content markers
 

@@ -104,3 +104,16 @@ def test_events_under_a_budget_use_indexes(open_store, recorded):
                 sql, params = statement.render(driver.pyformat, params)
                 plan = " ".join(str(row[-1]) for row in driver.raw.execute("EXPLAIN QUERY PLAN " + sql, params))
             assert index in plan, plan
+
+
+def test_pages_of_session_names_read_the_name_index(store, recorded):
+    """A page of names, after a name or under a prefix, reads the index in code point order: never every name."""
+    for i in range(30):
+        store.append(f"user-{i}", M("m", "user", "x", 0))
+    recorded.clear()
+    store.sessions(limit=5)
+    store.sessions(after="user-1", limit=5)
+    store.sessions("user-2", limit=5)
+    store.summaries("user-2", limit=5)
+    store.session_count("user-2")
+    assert_plans_use_indexes(store, recorded, at_least=4)  # a page after a name is the first page's statement

@@ -63,11 +63,51 @@ def test_pages_by_name_equal_the_whole_list_and_the_prefix_is_literal(open_store
     _fill(store)
     everything = store.sessions(prefix)
     assert set(everything) == {n for n in NAMES if n.startswith(prefix or "")}
-    if store.engine.dialect.name == "sqlite":
-        assert everything == sorted(everything)  # binary order; PostgreSQL orders by the database's collation
+    assert everything == sorted(everything)  # code point order, on both backends
     for limit in (1, 2, 3, 100):
         assert _pages(store, limit, prefix=prefix) == everything
     assert store.sessions() == store.sessions(limit=len(NAMES)) == _pages(store, 4)
+
+
+# Names a linguistic collation sorts apart from code point order: case, accents, punctuation, the largest code point.
+ORDERED = ["a", "B", "a-b", "ab", "a b", "Ä", "z", "é", "e", "\U0001f600", "a\u0301", "A", "b", "aa", "a\U0010ffff"]
+
+
+def _collate_linguistically(store) -> None:
+    """Give the name column a linguistic (ICU) collation, as a database created with one would have."""
+    with store.engine.begin() as conn:
+        view = conn.execute(sa.text("SELECT pg_get_viewdef('prunestore_live')")).scalar_one()
+        conn.exec_driver_sql("DROP VIEW prunestore_live")
+        conn.exec_driver_sql('ALTER TABLE prunestore_sessions ALTER COLUMN name TYPE text COLLATE "und-x-icu"')
+        conn.exec_driver_sql(f"CREATE VIEW prunestore_live AS {view}")
+        assert conn.execute(sa.text("SELECT 'B' < 'a' COLLATE \"und-x-icu\"")).scalar_one() is False
+
+
+def test_names_come_in_code_point_order_whatever_the_database_collates(open_store):
+    store = open_store()
+    for name in ORDERED:
+        store.append(name, Message("m", "user", "x", 0))
+    if store.engine.dialect.name == "postgresql":
+        _collate_linguistically(store)
+    assert store.sessions() == sorted(ORDERED) == _pages(store, 2)
+    assert [s.name for s in store.summaries(limit=100)] == sorted(ORDERED)
+    for prefix in ("a", "A", "a-", "e", "\U0001f600", "a\U0010ffff", "\U0010ffff", "b"):
+        expected = sorted(n for n in ORDERED if n.startswith(prefix))
+        assert store.sessions(prefix) == expected == _pages(store, 1, prefix=prefix), prefix
+        assert store.session_count(prefix) == len(expected)
+        assert sorted(s.name for s in store.summaries(prefix, order="tokens")) == expected
+
+
+def test_the_end_of_a_prefix_bounds_exactly_the_names_that_start_with_it():
+    for prefix in ("a", "a\U0010ffff", "\U0010ffff", "\ud7ff", "é", "z\U0010ffff\U0010ffff"):
+        end = catalog.prefix_end(prefix)
+        assert prefix < end
+        for name in (prefix, prefix + "\x00", prefix + "\U0010ffff" * 3, prefix + "zz"):
+            assert prefix <= name < end, (prefix, name)
+        below = prefix[:-1] + chr(ord(prefix[-1]) - 1) if ord(prefix[-1]) > 0 else None
+        if below is not None and "\ud800" <= below[-1] <= "\udfff":
+            continue
+        assert below is None or not (prefix <= below < end)
 
 
 def test_a_page_after_a_name_not_stored_starts_where_that_name_would_be(open_store):

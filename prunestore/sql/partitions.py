@@ -16,7 +16,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import InvalidArgumentError, shorten
 from . import db
-from .schema import HASH_HOLDERS, KEYS, MESSAGES, SESSIONS
+from .schema import HASH_HOLDERS, KEYS, MESSAGES, POSTGRES_INDEXES, SESSIONS
 
 __all__ = ["partition", "partition_count", "PER_SESSION"]
 
@@ -82,3 +82,5 @@ def _rewrite(conn: Connection, table: sa.Table, count: int) -> None:
             run(f"ALTER TABLE {name} ADD CONSTRAINT {constraint.name} UNIQUE ({', '.join(constraint.columns.keys())})")
     for index in table.indexes:
         conn.execute(sa.schema.CreateIndex(index))
+    for create in POSTGRES_INDEXES.get(name, []):
+        run(create)

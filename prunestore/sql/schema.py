@@ -59,6 +59,11 @@ SESSIONS = sa.Table(
     # Pages of names; not unique, since a unique index would span every partition or shard.
     sa.Index("prunestore_sessions_name", "name"),
 )
+# Indexes of expressions on one backend, which the metadata does not hold: PostgreSQL pages names
+# in code point order whatever the database's collation (migration 0011).
+POSTGRES_INDEXES = {
+    "prunestore_sessions": ['CREATE INDEX prunestore_sessions_name_bytes ON prunestore_sessions (name COLLATE "C")'],
+}
 
 MESSAGES = sa.Table(
     "prunestore_messages",
