@@ -33,35 +33,52 @@ BATCH_MESSAGES = 2000
 _NAME = {False: "name", True: 'name COLLATE "C"'}  # by backend: PostgreSQL or not
 
 
-def _prefix(postgres: bool) -> str:
+def _prefix(postgres: bool, lower: bool = True) -> str:
+    """The range of a prefix; without `lower`, its end only (the page's start is then its lower bound)."""
     name = _NAME[postgres]
-    return f" AND {name} >= :prefix AND {name} < :prefix_end"
+    return (f" AND {name} >= :prefix" if lower else "") + f" AND {name} < :prefix_end"
 
 
 _IDLE = " AND updated_at < :cutoff"
 
 
-def _page(columns: str, postgres: bool, prefix: bool, idle: bool) -> Statement:
-    """A page of sessions in name order after `:after`, with the filters asked for."""
+def _page(columns: str, postgres: bool, prefix: bool, idle: bool, at_prefix: bool = False) -> Statement:
+    """A page of sessions in name order after `:after` (or, `at_prefix`, from the prefix on), with the filters
+    asked for. One lower bound only: SQLite bounds its index scan by one of them, not by the larger."""
     name = _NAME[postgres]
     return Statement(
-        f"SELECT {columns} FROM prunestore_sessions WHERE {name} > :after"
-        + (_prefix(postgres) if prefix else "")
+        f"SELECT {columns} FROM prunestore_sessions WHERE "
+        + (f"{name} >= :prefix" if at_prefix else f"{name} > :after")
+        + (_prefix(postgres, lower=False) if prefix else "")
         + (_IDLE if idle else "")
         + f" ORDER BY {name} LIMIT :limit"
     )
 
 
-_CASES = [(postgres, prefix, idle) for postgres in (False, True) for prefix in (False, True) for idle in (False, True)]
+_CASES = [
+    (postgres, prefix, idle, at_prefix)
+    for postgres in (False, True)
+    for prefix in (False, True)
+    for idle in (False, True)
+    for at_prefix in ((False, True) if prefix else (False,))
+]
 _NAMES = {case: _page("name", *case) for case in _CASES}
 _SUMMARIES = {case: _page(SUMMARY_COLUMNS, *case) for case in _CASES}
+
+
+def _case(driver: Driver, page: dict) -> tuple[bool, bool, bool, bool]:
+    """Which page statement: the backend, a prefix, idleness, and whether the page starts at the prefix."""
+    prefix = "prefix" in page
+    return driver.postgres, prefix, "cutoff" in page, prefix and page["after"] < page["prefix"]
+
+
 # Pages in another order: the largest first (by a column of the summary), ties by name; the next page
 # starts after the last row's (value, name). They sort every session row matching: an operator's page.
 ORDERS = {"messages": "last_seq", "tokens": "tokens", "live_tokens": "live_tokens", "updated_at": "updated_at"}
 _SORTED = {
     (order, postgres, prefix, after): Statement(
-        f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE {_NAME[postgres]} > ''"
-        + (_prefix(postgres) if prefix else "")
+        f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE "
+        + (f"{_NAME[postgres]} >= :prefix" + _prefix(postgres, lower=False) if prefix else f"{_NAME[postgres]} > ''")
         + (
             f" AND ({column} < :after_value OR ({column} = :after_value AND {_NAME[postgres]} > :after))"
             if after
@@ -77,13 +94,15 @@ _SORTED = {
 _COUNT = {
     (postgres, prefix): Statement(
         "SELECT count(*) FROM prunestore_sessions"
-        + (f" WHERE {_NAME[postgres]} > ''" + _prefix(postgres) if prefix else "")
+        + (f" WHERE {_NAME[postgres]} >= :prefix" + _prefix(postgres, lower=False) if prefix else "")
     )
     for postgres in (False, True)
     for prefix in (False, True)
 }
 # For removal: the page's sessions with their message counts (seqs run from 1 without gaps).
-IDLE_PAGE = {postgres: _page("name, session_id, last_seq", postgres, False, True) for postgres in (False, True)}
+IDLE_PAGE = {
+    postgres: _page("name, session_id, last_seq", postgres, prefix=False, idle=True) for postgres in (False, True)
+}
 # PostgreSQL then locks each session's row by its id (so the statement runs on one
 # shard of a distributed database); a row another writer changed meanwhile is
 # checked again after the wait, and left out if it is no longer idle.
@@ -151,13 +170,13 @@ def idle_cutoff(idle_for: object) -> int:
 
 
 def list_names(driver: Driver, page: dict) -> list[str]:
-    return [name for (name,) in driver.all(_NAMES[driver.postgres, "prefix" in page, "cutoff" in page], page)]
+    return [name for (name,) in driver.all(_NAMES[_case(driver, page)], page)]
 
 
 def list_summaries(driver: Driver, page: dict, order: str = "name") -> list[SessionSummary]:
     """A page of sessions with their counts, each read from the session's own row, in `order`."""
     if order == "name":
-        statement = _SUMMARIES[driver.postgres, "prefix" in page, "cutoff" in page]
+        statement = _SUMMARIES[_case(driver, page)]
     else:
         statement = _SORTED[order, driver.postgres, "prefix" in page, "after_value" in page]
     return [session_summary(row) for row in driver.all(statement, page)]
