@@ -39,7 +39,7 @@ from .sql.rows import (
     seq_column,
     stored_message,
 )
-from .views import Form, View, ViewEntry
+from .views import CachedView, Form, View
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
@@ -59,7 +59,7 @@ def _size(rows: list[tuple]) -> int:
 
 
 @dataclass(frozen=True, slots=True)
-class Entry:
+class CachedLive:
     """One session's live rows and messages as of `stamp`, once the rows at the `pending` seqs are read again."""
 
     sid: int
@@ -70,11 +70,11 @@ class Entry:
     pending: frozenset[int] = frozenset()
 
     @classmethod
-    def read(cls, sid: int, stamp: int, rows: list[tuple]) -> Entry:
+    def read(cls, sid: int, stamp: int, rows: list[tuple]) -> CachedLive:
         """An entry of freshly read rows."""
         return cls(sid, stamp, rows, [stored_message(r, frozen=True) for r in rows], _size(rows))
 
-    def patched(self, fresh: list[tuple]) -> Entry:
+    def patched(self, fresh: list[tuple]) -> CachedLive:
         """This entry with the pending seqs' rows replaced by `fresh` (their live rows, read at `stamp`).
 
         Rows are found by bisection and the lists rebuilt from slices, so the
@@ -88,7 +88,7 @@ class Entry:
             (bisect_left(rows, seq_column(r), key=seq_column), r) for r in sorted(fresh)
         ]  # rows sort by seq first
         messages = [(i, stored_message(r, frozen=True)) for i, r in places]
-        return Entry(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
+        return CachedLive(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
 
     def messages(self) -> list[StoredMessage]:
         return self.shared[:]  # a new list, at C speed; the messages (and their metadata) are read-only
@@ -130,7 +130,7 @@ class LiveCache:
 
     def __init__(self, max_bytes: int) -> None:
         self.max_bytes = max_bytes
-        self._entries: OrderedDict[tuple[str, str | None], Entry | ViewEntry] = OrderedDict()
+        self._entries: OrderedDict[tuple[str, str | None], CachedLive | CachedView] = OrderedDict()
         self._views: dict[str, set[str | None]] = {}  # session name -> the views it has entries for
         self._size = 0
         self._lock = threading.Lock()
@@ -152,7 +152,7 @@ class LiveCache:
             self._entries.move_to_end((name, view))
             return entry
 
-    def put(self, name: str, entry: Entry | ViewEntry, view: str | None = None) -> None:
+    def put(self, name: str, entry: CachedLive | CachedView, view: str | None = None) -> None:
         if entry.size > self.max_bytes:
             with self._lock:
                 self._drop((name, view))
@@ -176,7 +176,7 @@ class LiveCache:
                 entry = self._entries[name, view]
                 if entry.sid == sid and entry.stamp == before:
                     moved = {"stamp": after, "pending": entry.pending.union(seqs)}
-                    if cut is not None and isinstance(entry, ViewEntry):
+                    if cut is not None and isinstance(entry, CachedView):
                         moved["cut"] = cut if entry.cut is None else min(cut, entry.cut)
                     self._entries[name, view] = replace(entry, **moved)  # type: ignore[arg-type]
                 else:  # someone else wrote in between: the entry can never match again
@@ -209,7 +209,7 @@ def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> l
         return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, {"sid": row.session_id})]
     entry = cache.get(name, row)
     if entry is None:
-        entry = Entry.read(row.session_id, row.stamp, driver.all(LIVE_MESSAGES, {"sid": row.session_id}))
+        entry = CachedLive.read(row.session_id, row.stamp, driver.all(LIVE_MESSAGES, {"sid": row.session_id}))
         cache.put(name, entry)
         return entry.messages()
     if entry.pending:
@@ -227,10 +227,10 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
         view.apply(driver.all(ALL_MESSAGES, {"sid": row.session_id}))
         if cached:
             assert row.stamp is not None
-            cache.put(name, ViewEntry(row.session_id, row.stamp, view, view.size), form.name)
+            cache.put(name, CachedView(row.session_id, row.stamp, view, view.size), form.name)
         return view.prompt()
     if entry.pending or entry.cut is not None:
         rows = driver.chunks(ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending))
         entry.view.apply(rows, entry.cut)
-        cache.put(name, ViewEntry(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
+        cache.put(name, CachedView(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
     return entry.view.prompt()

@@ -203,7 +203,7 @@ class View:
 
 
 @dataclass(frozen=True, slots=True)
-class ViewEntry:
+class CachedView:
     """A `View` in the store's cache, as of `stamp`, once cut after seq `cut` (when given) and the rows at the
     `pending` seqs are applied."""
 

@@ -70,7 +70,7 @@ def check_bookkeeping(cache: LiveCache) -> None:
     entries = list(cache._entries.values())
     assert cache.size == sum(e.size for e in entries)
     for entry in entries:
-        assert isinstance(entry, livecache.Entry)  # prompts in a framework's objects keep no rows
+        assert isinstance(entry, livecache.CachedLive)  # prompts in a framework's objects keep no rows
         assert entry.size == livecache._size(entry.rows)
         assert entry.shared == [stored_message(r) for r in entry.rows]
         assert [r[0] for r in entry.rows] == sorted({r[0] for r in entry.rows})
