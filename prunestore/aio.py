@@ -33,6 +33,7 @@ from .model import Message, Policy, StoredMessage
 from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .sql import db
 from .sql.sessions import SessionState
+from .sql.settings import chosen_tokenizer
 from .store import PruneStore
 from .views import Form
 
@@ -54,7 +55,7 @@ class AsyncPruneStore:
         url: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] | None = None,
+        tokenizer: Callable[[str], int] | str | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
@@ -66,7 +67,8 @@ class AsyncPruneStore:
         self._executor = ThreadPoolExecutor(1, "prunestore") if self._threaded and db.in_memory(self.url) else None
         # SQLite: the blocking engine, used from worker threads. PostgreSQL: the first loop's; others make theirs.
         self.engine: Any = db.make_engine(self.url) if self._threaded else db.make_async_engine(self.url)
-        self._policy, self._options = policy, Options(tokenizer, max_content_bytes, max_metadata_bytes)
+        self._policy = policy
+        self._options = Options(chosen_tokenizer(tokenizer), max_content_bytes, max_metadata_bytes)
         self._cache = LiveCache(live_cache_bytes)
         self._unused: Any = None if self._threaded else self.engine
         self._loops: dict[Any, tuple[Any, PruneStore]] = {}  # event loop (None: threads) -> (engine, store)
@@ -194,7 +196,7 @@ class AsyncPruneStore:
         session: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] | None = None,
+        tokenizer: Callable[[str], int] | str | None = None,
     ) -> None:
         await self._call(PruneStore.rebuild, session, policy=policy, tokenizer=tokenizer)
 

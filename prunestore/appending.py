@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from .engine.first import FirstAppend
 from .engine.maintainer import Maintainer
 from .engine.state import MsgState, NoRows, new_state
-from .errors import DuplicateMessageError, InvalidMessageError, TurnOrderError, shorten
+from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
 from .model import (
     MAX_IDENTIFIER_BYTES,
     MAX_SESSION_NAME,
@@ -33,6 +33,7 @@ from .sql.rows import MESSAGES_BY_ID, SessionRow, stored_message
 from .sql.sessions import lock_session_for_append
 from .sql.undo import journal_entry
 from .text import count_tokens
+from .tokens import Countable, message_tokens
 
 DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
@@ -87,16 +88,15 @@ class Options:
     max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES
     max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES
 
-    def tokens(self, message: Message) -> int:
-        return self.count(message.content)
-
-    def count(self, content: str) -> int:
-        """The tokens of `content`, by the tokenizer; a failing or misbehaving tokenizer is a clear error."""
+    def tokens(self, message: Countable) -> int:
+        """The tokens of `message`, by the tokenizer; a failing or misbehaving tokenizer is a clear error."""
         assert self.tokenizer is not None, "the store loads its tokenizer before it counts"
         try:
-            tokens = self.tokenizer(content)
+            tokens = message_tokens(self.tokenizer, message)
+        except PruneStoreError:
+            raise
         except Exception as exc:
-            raise InvalidMessageError(f"content={shorten(content)}: the tokenizer failed ({exc!r})") from exc
+            raise InvalidMessageError(f"content={shorten(message.content)}: the tokenizer failed ({exc!r})") from exc
         if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < 2**31:
             raise InvalidMessageError(f"tokens={shorten(tokens)}: the tokenizer must return a non-negative int")
         return tokens

@@ -75,11 +75,11 @@ def compare(
     key_rows: Iterable[tuple[str, int | None, int, int]],
     holder_rows: Iterable[tuple[bytes, int]],
     policy: Policy,
-    count: Callable[[str], int] | None = None,
+    count: Callable[[StoredMessage], int] | None = None,
 ) -> list[Mismatch]:
     """Every difference between a session's stored rows and what a batch rerun derives.
 
-    With `count` (the store's tokenizer), each message's tokens are counted again and compared too.
+    With `count` (the store's counter of a message), each message's tokens are counted again and compared too.
 
     `session_row` is the stored (current turn, last seq, prompt tokens,
     pending tokens, events, prompt cursor, tokens, live tokens). `derived` holds each message's
@@ -114,7 +114,7 @@ def compare(
     for message, (content_hash, defines, refs, held), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         if count is not None:
-            differ("tokens", message.id, message.tokens, count(message.content))
+            differ("tokens", message.id, message.tokens, count(message))
         if message.seq < cursor and state.in_prompt:
             differ("held", message.id, bool(held), True)
         differ("base", message.id, message.base, state.base)

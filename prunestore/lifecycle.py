@@ -15,20 +15,21 @@ from .audit import expected_state
 from .engine.prompt import PromptCounters
 from .engine.state import new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
-from .model import LIVE_VERDICTS, Policy, check_identifier
+from .model import LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
 from .sql.driver import Driver, Statement
 from .sql.locked_rows import LockedRows
 from .sql.rows import (
+    ALL_MESSAGES,
     AUDIT,
     DELETE_HOLDER,
     FULL_COLUMNS,
     SessionRow,
     Totals,
     audited,
-    decode_content,
     hashed,
     join_keys,
+    stored_message,
     verdict_row,
 )
 from .sql.schema import MESSAGES
@@ -111,17 +112,16 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         driver.run(_RECORD_HISTORY, history)
 
 
-_CONTENTS = Statement("SELECT seq, content, content_escaped, tokens FROM prunestore_messages WHERE session_id = :sid")
 _SET_TOKENS = Statement("UPDATE prunestore_messages SET tokens = :tokens WHERE session_id = :sid AND seq = :seq")
 
 
-def recount(driver: Driver, sid: int, count: Callable[[str], int]) -> None:
+def recount(driver: Driver, sid: int, count: Callable[[StoredMessage], int]) -> None:
     """Count the tokens of every message of the session again (then `rebuild_session`: totals and budget follow)."""
     changed = []
-    for seq, content, escaped, tokens in driver.all(_CONTENTS, {"sid": sid}):
-        now = count(decode_content(content, escaped))
-        if now != tokens:
-            changed.append({"sid": sid, "seq": seq, "tokens": now})
+    for message in map(stored_message, driver.all(ALL_MESSAGES, {"sid": sid})):
+        now = count(message)
+        if now != message.tokens:
+            changed.append({"sid": sid, "seq": message.seq, "tokens": now})
     driver.run_many(_SET_TOKENS, changed)
 
 

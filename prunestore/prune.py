@@ -28,6 +28,7 @@ from .model import (
     effective_refs,
 )
 from .text import count_tokens, normalize
+from .tokens import message_tokens
 
 P = TypeVar("P", bound="Passable")
 
@@ -68,11 +69,11 @@ class PruneResult:
 
     @cached_property
     def tokens_before(self) -> int:
-        return sum(self.tokenizer(m.content) for m in self.messages)
+        return sum(message_tokens(self.tokenizer, m) for m in self.messages)
 
     @cached_property
     def tokens_after(self) -> int:
-        return sum(self.tokenizer(m.content) for m in self.live)
+        return sum(message_tokens(self.tokenizer, m) for m in self.live)
 
     @property
     def reduction(self) -> float:
@@ -117,7 +118,7 @@ def prune(
     live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
     prompt = Prompt()
     if policy.gathers:
-        prompt = fold_prompt(ms, policy, current_turn, [tokenizer(m.content) for m in ms])
+        prompt = fold_prompt(ms, policy, current_turn, [message_tokens(tokenizer, m) for m in ms])
         for i, m in enumerate(ms):
             if i in prompt.evicted:
                 verdicts[m.id] = EVICTED

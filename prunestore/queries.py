@@ -338,7 +338,7 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
 
 
 def verify(
-    driver: Driver, name: str, row: SessionRow, policy: Policy, count: Callable[[str], int] | None = None
+    driver: Driver, name: str, row: SessionRow, policy: Policy, count: Callable[[StoredMessage], int] | None = None
 ) -> tuple[int, list[Mismatch]]:
     """Rerun `prune` over one session's stored messages: how many were checked, and every difference."""
     rows = [audited(r) for r in driver.all(AUDIT, {"sid": row.session_id})]
@@ -357,9 +357,12 @@ def verify(
 
 
 def verify_sessions(
-    driver: Driver, sessions: Iterable[tuple[str, SessionRow]], policy: Policy, count: Callable[[str], int] | None
+    driver: Driver,
+    sessions: Iterable[tuple[str, SessionRow]],
+    policy: Policy,
+    count: Callable[[StoredMessage], int] | None,
 ) -> VerifyReport:
-    """`verify` over each (name, row) in turn, in one report; `count` is the store's tokenizer."""
+    """`verify` over each (name, row) in turn, in one report; `count` counts a message as the store does."""
     checked_sessions = messages = 0
     mismatches: list[Mismatch] = []
     for name, row in sessions:

@@ -42,6 +42,7 @@ from .sql.rows import SessionRow, stored_message
 from .sql.sessions import UNSETTLED, SessionState, delete_rows, lock_session, lock_session_for_append
 from .sql.settings import (
     Settings,
+    chosen_tokenizer,
     load_tokenizer,
     read_settings,
     recorded_settings,
@@ -80,7 +81,7 @@ class PruneStore(StoreReads):
         url: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] | None = None,
+        tokenizer: Callable[[str], int] | str | None = None,
         max_content_bytes: int = DEFAULT_MAX_CONTENT_BYTES,
         max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
         live_cache_bytes: int = DEFAULT_LIVE_CACHE_BYTES,
@@ -92,7 +93,7 @@ class PruneStore(StoreReads):
             raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
         check_cache_bytes(live_cache_bytes)
         self.url = db.resolve_url(url)
-        options = Options(tokenizer, max_content_bytes, max_metadata_bytes)
+        options = Options(chosen_tokenizer(tokenizer), max_content_bytes, max_metadata_bytes)
         self._open(db.make_engine(self.url), policy, options, LiveCache(live_cache_bytes), create)
 
     @classmethod
@@ -189,7 +190,7 @@ class PruneStore(StoreReads):
         stale = row.generation not in (UNSETTLED, current.generation)
         row.generation = current.generation  # written with the session row, by this write
         if stale:  # computed under other settings: recompute it first
-            recount(driver, row.session_id, self.options.count)
+            recount(driver, row.session_id, self.options.tokens)
             rebuild_session(driver, row, current.policy)
         return current.policy
 
@@ -319,14 +320,15 @@ class PruneStore(StoreReads):
         session: str | None = None,
         *,
         policy: Policy | None = None,
-        tokenizer: Callable[[str], int] | None = None,
+        tokenizer: Callable[[str], int] | str | None = None,
     ) -> None:
         """Recompute the stored state from the messages (to repair it, or to change the policy or tokenizer).
 
         A new `policy` or `tokenizer` applies to the whole store, so it needs
         ``session=None``; a new tokenizer counts every message again. It is
         recorded with the policy, by its import path (``module:name``), so
-        other processes must be able to import it. Every store object open on
+        other processes must be able to import it; a built-in counter may be
+        given by its short name (``"o200k_base"``). Every store object open on
         the store takes the change up before its next write.
         """
         if policy is not None or tokenizer is not None:
@@ -335,8 +337,7 @@ class PruneStore(StoreReads):
                 raise InvalidPolicyError(f"{field}: a change of it rebuilds every session; pass session=None")
             if policy is not None and not isinstance(policy, Policy):
                 raise InvalidPolicyError(f"policy={shorten(policy)}: expected a prunestore.Policy")
-            if tokenizer is not None and not callable(tokenizer):
-                raise InvalidPolicyError(f"tokenizer={shorten(tokenizer)}: expected a function of a text")
+        tokenizer = chosen_tokenizer(tokenizer)
         counter = None if tokenizer is None else replace(self._options, tokenizer=tokenizer)
 
         def run(driver: Driver, _: list[Write]) -> Settings:
@@ -354,7 +355,7 @@ class PruneStore(StoreReads):
                 if row is None:  # deleted meanwhile
                     continue
                 if counter is not None:
-                    recount(driver, row.session_id, counter.count)
+                    recount(driver, row.session_id, counter.tokens)
                 row.generation = current.generation
                 rebuild_session(driver, row, current.policy)
             return current

@@ -268,7 +268,7 @@ class StoreReads:
         with db.transaction(self.engine, "verify", snapshot=True) as driver:
             policy = self._refreshed(driver)
             rows = ((name, self._session(driver, name)) for name in self._names(driver, session))
-            return queries.verify_sessions(driver, rows, policy, self.options.count)
+            return queries.verify_sessions(driver, rows, policy, self.options.tokens)
 
 
 def _window_filter(

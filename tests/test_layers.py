@@ -26,7 +26,7 @@ MODULES = {
 FLOORS = [
     {"prunestore.errors", "prunestore.text", "prunestore.frozen"},
     {"prunestore.model"},
-    {"prunestore.prune", "prunestore.results", "prunestore.jsonl", "prunestore.formats"},
+    {"prunestore.prune", "prunestore.results", "prunestore.jsonl", "prunestore.formats", "prunestore.tokens"},
     {"prunestore.engine"},
     {"prunestore.sql"},
     {
@@ -174,6 +174,7 @@ PUBLIC = {
     "prunestore.results",
     "prunestore.prune",
     "prunestore.text",
+    "prunestore.tokens",
     "prunestore.frozen",
     "prunestore.jsonl",
     "prunestore.formats",

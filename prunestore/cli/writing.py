@@ -290,7 +290,8 @@ def _roles(text: str | None) -> frozenset[str] | None:
 @click.option(
     "--tokenizer",
     metavar="MODULE:NAME",
-    help="The function that counts a message's tokens, by import path; every message is counted again.",
+    help="What counts a message's tokens: a function's import path, or o200k_base, cl100k_base or word_pieces; "
+    "every message is counted again.",
 )
 @click.option("--yes", is_flag=True, help="Change the policy without asking.")
 def policy(

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 
 from sqlalchemy.engine import Engine
 
-from ..errors import PolicyMismatchError, TokenizerMismatchError
+from ..errors import InvalidPolicyError, PolicyMismatchError, TokenizerMismatchError, shorten
 from ..model import Policy
 from ..text import count_tokens
 from . import db
@@ -83,9 +83,18 @@ def tokenizer_name(tokenizer: Callable[[str], int]) -> str:
 DEFAULT_TOKENIZER = tokenizer_name(count_tokens)
 
 
+BUILT_IN = {
+    "word_pieces": DEFAULT_TOKENIZER,
+    "o200k_base": "prunestore.tokens:o200k_base",
+    "cl100k_base": "prunestore.tokens:cl100k_base",
+}
+"""The counters named by short names: ``PruneStore(tokenizer="o200k_base")``, ``--tokenizer o200k_base``."""
+
+
 def load_tokenizer(name: str) -> Callable[[str], int]:
-    """The function recorded as `name`; `TokenizerMismatchError` when this process cannot import it."""
-    module_name, _, qualname = name.partition(":")
+    """The function recorded as `name` (or a built-in's short name); `TokenizerMismatchError` when this process
+    cannot import it, or a built-in cannot load what it needs."""
+    module_name, _, qualname = BUILT_IN.get(name, name).partition(":")
     try:
         found: object = importlib.import_module(module_name)
         for part in qualname.split("."):
@@ -97,7 +106,27 @@ def load_tokenizer(name: str) -> Callable[[str], int]:
         ) from None
     if not callable(found):
         raise TokenizerMismatchError(f"tokenizer={name!r}: not a function")
-    return found
+    return require(found)
+
+
+def chosen_tokenizer(tokenizer: Callable[[str], int] | str | None) -> Callable[[str], int] | None:
+    """The counter a caller chose: a function of a text, an import path or a built-in's short name, or None."""
+    if tokenizer is None:
+        return None
+    if isinstance(tokenizer, str):
+        return load_tokenizer(tokenizer)
+    if not callable(tokenizer):
+        raise InvalidPolicyError(f"tokenizer={shorten(tokenizer)}: expected a function of a text, or its name")
+    return require(tokenizer)
+
+
+def require(tokenizer: Callable[[str], int]) -> Callable[[str], int]:
+    """`tokenizer`, with what it needs loaded now (a built-in encoding's package): a missing one is refused
+    when the store opens, not at its first append."""
+    load = getattr(tokenizer, "require", None)
+    if load is not None:
+        load()
+    return tokenizer
 
 
 def recorded_settings(engine: Engine, policy: Policy | None, tokenizer: Callable[[str], int] | None) -> Settings:
