@@ -77,7 +77,12 @@ def check_ids(ids: object) -> list[str]:
 
 
 def differing_fields(a: Message, b: Message) -> list[str]:
-    return [name for name in MESSAGE_FIELDS if getattr(a, name) != getattr(b, name)]
+    """The fields in which two appends of a message differ (a stored one's tokens only if they were given)."""
+    return [
+        name
+        for name in MESSAGE_FIELDS
+        if (a.given_tokens() != b.given_tokens() if name == "tokens" else getattr(a, name) != getattr(b, name))
+    ]
 
 
 @dataclass(frozen=True)

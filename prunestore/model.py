@@ -115,7 +115,12 @@ def encode_metadata(metadata: Mapping[str, Any] | None) -> str | None:
 
 @dataclass(frozen=True)
 class Message:
-    """One chat message, as the caller hands it to `prune` or `PruneStore.append`."""
+    """One chat message, as the caller hands it to `prune` or `PruneStore.append`.
+
+    `tokens`, when given (say, from the provider's reported usage), is the
+    message's token count: the store keeps it instead of counting, and keeps
+    it through a change of counter (docs/tokens.md).
+    """
 
     id: str
     role: Role
@@ -126,6 +131,7 @@ class Message:
     defines: tuple[str, ...] = ()
     refs: tuple[str, ...] = ()
     metadata: dict[str, Any] | None = field(default=None, hash=False)
+    tokens: int | None = None
 
     def __post_init__(self) -> None:
         check_identifier("id", self.id)
@@ -142,7 +148,18 @@ class Message:
         object.__setattr__(self, "defines", _check_keys("defines", self.defines))
         object.__setattr__(self, "refs", _check_keys("refs", self.refs))
         encode_metadata(self.metadata)
+        if self.tokens is not None:
+            if isinstance(self.tokens, bool) or not isinstance(self.tokens, int):
+                raise _fail("tokens", self.tokens, "must be an int or None")
+            if not 0 <= self.tokens <= MAX_TOKENS:
+                raise _fail("tokens", self.tokens, f"must be between 0 and {MAX_TOKENS}")
 
+    def given_tokens(self) -> int | None:
+        """The token count the caller gave, or None: the store's counter counts the message."""
+        return self.tokens
+
+
+MAX_TOKENS = 2**31 - 1  # a message's tokens are stored as a 32-bit integer
 
 MAX_TURN = 2**63 - 1  # turns are stored as 64-bit integers
 
@@ -227,11 +244,15 @@ class StoredMessage(Message):
 
     seq: int
     verdict: Verdict
-    tokens: int
+    tokens: int  # as stored: counted by the store's counter, or given
     base: Verdict  # the verdict of passes 1-2 alone: kept, superseded, expired or duplicate
+    tokens_given: bool = False  # `tokens` came with the message (`Message.tokens`), not from the counter
 
     def __post_init__(self) -> None:
         """Rows read back were validated on the way in; skip the checks."""
+
+    def given_tokens(self) -> int | None:
+        return self.tokens if self.tokens_given else None
 
     @property
     def live(self) -> bool:
@@ -249,6 +270,7 @@ class StoredMessage(Message):
             defines=self.defines,
             refs=self.refs,
             metadata=self.metadata,
+            tokens=self.given_tokens(),
         )
 
 

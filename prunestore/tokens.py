@@ -49,6 +49,7 @@ class Countable(Protocol):
     def content(self) -> str: ...
     @property
     def metadata(self) -> dict[str, Any] | None: ...
+    def given_tokens(self) -> int | None: ...
 
 
 class OpenAIEncoding:
@@ -128,6 +129,10 @@ word_pieces = count_tokens
 
 
 def message_tokens(tokenizer: Callable[[str], int], message: Countable) -> int:
-    """What `tokenizer` counts for `message`: a counter of whole messages counts it as sent, any other its content."""
+    """The tokens a store stores for `message`: those it was given (`Message.tokens`), or what `tokenizer` counts,
+    the message as sent for a counter of whole messages, its content for any other."""
+    given = message.given_tokens()
+    if given is not None:
+        return given
     count_message = getattr(tokenizer, "count_message", None)
     return count_message(message) if count_message is not None else tokenizer(message.content)

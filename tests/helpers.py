@@ -88,7 +88,8 @@ def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe:
         ttl = spec.pop("ttl")
         expires = None if ttl is None else turn + ttl
         metadata = draw(st.sampled_from([None, None, {"n": i}]))  # stores keep a metadata dict apart per read
-        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, **spec))
+        tokens = draw(st.sampled_from([None, None, None, None, 0, 9, 40]))  # a count given with the message
+        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, tokens=tokens, **spec))
     return out
 
 

@@ -17,7 +17,17 @@ from helpers import sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from prunestore import Message, Policy, TokenizerMismatchError, count_tokens, from_anthropic, from_openai, prune
+from prunestore import (
+    DuplicateMessageError,
+    InvalidMessageError,
+    Message,
+    Policy,
+    TokenizerMismatchError,
+    count_tokens,
+    from_anthropic,
+    from_openai,
+    prune,
+)
 from prunestore.cli import main
 from prunestore.tokens import PER_MESSAGE, OpenAIEncoding, cl100k_base, message_tokens, o200k_base
 
@@ -160,3 +170,30 @@ def test_under_a_budget_exact_counts_fold_as_the_batch_does(open_store, restore,
         assert {m.id: m.verdict for m in store.messages(session)} == batch.verdicts
     assert store.stats(session).tokens == batch.tokens_before
     assert store.verify(session).ok
+
+
+def test_a_given_count_is_kept_through_a_change_of_counter(open_store, store_url):
+    store = open_store(Policy(budget=100, clear_at_least=10))
+    given = Message("big", "tool_output", "a short text the provider counted as many tokens", 1, tokens=90)
+    store.append("s", [given, Message("u", "user", "hello", 2)])
+    stored = store.messages("s", ids=["big"])[0]
+    assert (stored.tokens, stored.tokens_given, stored.to_message()) == (90, True, given)
+    assert store.append("s", given).appended == 0  # the same message again: a retry, nothing written
+    with pytest.raises(DuplicateMessageError, match="tokens"):
+        store.append("s", Message("big", "tool_output", given.content, 1, tokens=91))
+    store.rebuild(tokenizer="o200k_base")
+    counted = store.messages("s", ids=["u"])[0]
+    assert store.messages("s", ids=["big"])[0].tokens == 90 and counted.tokens == o200k_base.count_message(counted)
+    assert store.verify().ok
+    batch = prune([m.to_message() for m in store.messages("s")], policy=store.policy, tokenizer=o200k_base)
+    assert {m.id: m.verdict for m in store.messages("s")} == batch.verdicts
+    assert batch.tokens_before == store.stats("s").tokens
+    exported = CliRunner().invoke(main, ["--db", store_url, "messages", "s", "--jsonl"])
+    assert exported.exit_code == 0 and '"tokens": 90' in exported.output and exported.output.count('"tokens"') == 1
+
+
+@pytest.mark.sqlite
+@pytest.mark.parametrize("bad", [-1, 2**31, True, "9", 1.5])
+def test_a_given_count_must_be_a_whole_number_a_column_holds(bad):
+    with pytest.raises(InvalidMessageError, match=r"tokens="):
+        Message("m", "user", "text", 1, tokens=bad)

@@ -109,6 +109,7 @@ class LockedRows:
             join_keys(m.refs),
             state.metadata_json,
             state.tokens,
+            int(m.tokens is not None),
             state.content_hash,
             join_keys(state.defines),
             join_keys(state.refs),

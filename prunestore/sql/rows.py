@@ -41,7 +41,7 @@ def message_columns(alias: str = "", content: str | None = None) -> str:
     `content` replaces the content column (an expression that reads part of it).
 
     Fields that are nearly always at their default (escaped content, a TTL,
-    the defines/refs fields, a base equal to the verdict) travel in one text
+    the defines/refs fields, a base equal to the verdict, given tokens) travel in one text
     column, NULL when all are: reading thousands of rows costs about 0.1 µs a
     column a row in the driver, which showed in `live()`. Keys cannot hold
     "|", so it can separate them.
@@ -49,9 +49,9 @@ def message_columns(alias: str = "", content: str | None = None) -> str:
     a = f"{alias}." if alias else ""
     rare = (
         f"CASE WHEN {a}content_escaped = 0 AND {a}expires_after_turn IS NULL AND {a}defines = '' AND {a}refs = '' "
-        f"AND {a}base = {a}verdict THEN NULL ELSE CAST({a}content_escaped AS TEXT) || '|' || "
+        f"AND {a}base = {a}verdict AND {a}tokens_given = 0 THEN NULL ELSE CAST({a}content_escaped AS TEXT) || '|' || "
         f"COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
-        f"{a}defines || '|' || {a}refs || '|' || {a}base END"
+        f"{a}defines || '|' || {a}refs || '|' || {a}base || '|' || CAST({a}tokens_given AS TEXT) END"
     )
     text = content or f"{a}content"
     return f"{a}seq, {a}id, {a}role, {text}, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
@@ -63,7 +63,7 @@ VERDICT_COLUMN = 8
 TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
-    "defines, refs, metadata, tokens, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
+    "defines, refs, metadata, tokens, tokens_given, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
     "tokens_after, live_tokens_after, events_after, generation_after"
 )
 
@@ -230,8 +230,10 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
     defines: tuple[str, ...] = ()
     refs: tuple[str, ...] = ()
     base = verdict
+    given = False
     if rare is not None:
-        escaped, ttl, defines_text, refs_text, base = rare.split("|")
+        escaped, ttl, defines_text, refs_text, base, tokens_given = rare.split("|")
+        given = tokens_given != "0"
         if escaped != "0":
             content = decode_content(content, int(escaped))
         expires = int(ttl) if ttl else None
@@ -254,6 +256,7 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
             "verdict": verdict,
             "tokens": tokens,
             "base": base,
+            "tokens_given": given,
         },
     )
     return message
