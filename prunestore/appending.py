@@ -19,6 +19,7 @@ from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError,
 from .model import (
     MAX_IDENTIFIER_BYTES,
     MAX_SESSION_NAME,
+    MAX_TOKENS,
     MESSAGE_FIELDS,
     Message,
     Policy,
@@ -102,7 +103,7 @@ class Options:
             raise
         except Exception as exc:
             raise InvalidMessageError(f"content={shorten(message.content)}: the tokenizer failed ({exc!r})") from exc
-        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens < 2**31:
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or not 0 <= tokens <= MAX_TOKENS:
             raise InvalidMessageError(f"tokens={shorten(tokens)}: the tokenizer must return a non-negative int")
         return tokens
 

@@ -30,6 +30,7 @@ from functools import cached_property
 from typing import Any, Protocol
 
 from .errors import TokenizerMismatchError
+from .formats.plan import tool_uses
 from .formats.transcripts import openai_calls
 from .text import count_tokens
 
@@ -105,10 +106,7 @@ def sent_role_and_calls(message: Countable) -> tuple[str, list[tuple[str, str]]]
     original = metadata.get("anthropic")
     if isinstance(original, dict):
         role = "system" if "system" in original else _text(original.get("role")) or role
-        blocks = original.get("content")
-        for block in blocks if isinstance(blocks, list) else []:
-            if isinstance(block, dict) and block.get("type") == "tool_use":
-                calls.append((_text(block.get("name")), _text(block.get("input"))))
+        calls = [(_text(call.name), _text(call.arguments)) for call in tool_uses(original.get("content"))]
     return role, calls
 
 

@@ -101,14 +101,15 @@ def item_of(message: StoredMessage) -> Item:
         content = original.get("content")
         if isinstance(content, list) and content and content[0].get("type") == "tool_result":
             return Item(message, "tool", "anthropic", original, call_id=content[0].get("tool_use_id"))
-        calls = [
-            Call(b.get("id"), b.get("name"), b.get("input"))
-            for b in (content if isinstance(content, list) else [])
-            if b.get("type") == "tool_use"
-        ]
-        return Item(message, original.get("role", "user"), "anthropic", original, calls)
+        return Item(message, original.get("role", "user"), "anthropic", original, tool_uses(content))
     role = {"system": "system", "assistant": "assistant"}.get(message.role, "user")
     return Item(message, role, None, None)
+
+
+def tool_uses(content: Any) -> list[Call]:
+    """The calls of an Anthropic message's content: its ``tool_use`` blocks."""
+    blocks = content if isinstance(content, list) else []
+    return [Call(b.get("id"), b.get("name"), b.get("input")) for b in blocks if b.get("type") == "tool_use"]
 
 
 def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tuple[Item, list[Item]]], int, int]:
