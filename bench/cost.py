@@ -1,6 +1,7 @@
 """What sending the prompt every turn costs when the provider caches prompt prefixes, per strategy.
 
-Each workload (`prunestore.showcase.workloads`: the tool agent and the chat) is played
+Each workload (`prunestore.showcase.workloads`: the tool agent, the fact-heavy agent and
+the chat) is played
 turn by turn. After each turn every strategy gives the prompt it would send;
 the turn's cost under the price model below is summed over the conversation.
 
@@ -21,6 +22,7 @@ Strategies:
 * send everything;
 * prunestore, the passes only (``Policy()``: every removal at once);
 * prunestore with a budget and removal events (``Policy(budget=B, clear_at_least=C)``);
+* the same, evicting the messages that define no key in use first (``evict="definers_last"``);
 * Anthropic's clear-tool-uses rule, re-implemented: when the input exceeds
   the trigger (B), every tool result but the last 3 is replaced by a
   placeholder, provided that clears at least C tokens; the client resends the
@@ -28,7 +30,13 @@ Strategies:
 * the last messages within B tokens (LangChain ``trim_messages``,
   strategy="last", include_system=True, start_on="human").
 
-    python bench/cost.py [--turns 200,1000,2000] [--workloads agent,chat]
+Breaks (turns whose prompt does not begin with the previous one) are counted by
+cause: an event (a message left the prompt), a comeback (a message that was in an
+earlier prompt came back before the end), a new entry (a message joined before the
+end for the first time: a restored definer the passes had dropped, a new surviving
+copy of a passage).
+
+    python bench/cost.py [--turns 200,1000,2000] [--workloads agent,facts,chat]
         [--budget 32000] [--clear 16000] [--plot cost.png] [--json]
 """
 
@@ -70,6 +78,8 @@ class Row:
     peak: int
     mean: float
     breaks: int
+    event_breaks: int
+    comeback_breaks: int
     facts: int
     facts_kept: int
     seconds: float
@@ -81,7 +91,7 @@ class Row:
 
 def rendered_tokens(message: Message) -> int:
     """Tokens of the message as one Chat Completions message (JSON)."""
-    stored = StoredMessage(**vars(message), seq=1, verdict="kept", tokens=0, base="kept")
+    stored = StoredMessage(**(vars(message) | {"tokens": 0}), seq=1, verdict="kept", base="kept")
     return sum(count_tokens(json.dumps(m, ensure_ascii=False)) for m in render([stored], "openai").messages)
 
 
@@ -148,9 +158,19 @@ def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt],
     definer: dict[str, str] = {}
     facts = kept = 0
     priced: list[list[tuple[tuple[str, bool], int]]] = []
+    previous: Prompt = []
+    seen: set[tuple[str, bool]] = set()
+    events = comebacks = 0
     started = time.perf_counter()
     for batch, prompt in zip(session.by_turn(), prompts, strict=True):
         priced.append([((i, cleared), placeholder if cleared else tokens[i]) for i, cleared in prompt])
+        if prompt[: len(previous)] != previous:
+            if set(previous) - set(prompt):
+                events += 1
+            else:
+                comebacks += any(entry in seen for entry in prompt[: len(prompt) - len(batch)] if entry not in previous)
+        seen.update(prompt)
+        previous = prompt
         present = {i for i, cleared in prompt if not cleared}
         for m in batch:
             if m.role == "user":
@@ -170,6 +190,8 @@ def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt],
         costs.peak,
         costs.mean,
         costs.breaks,
+        events,
+        comebacks,
         facts,
         kept,
         seconds,
@@ -183,6 +205,10 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
         (
             f"prunestore, budget {budget}, events >= {clear}",
             prunestore_with(Policy(budget=budget, clear_at_least=clear)),
+        ),
+        (
+            f"prunestore, budget {budget}, events >= {clear}, definers last",
+            prunestore_with(Policy(budget=budget, clear_at_least=clear, evict="definers_last")),
         ),
         (f"clear tool uses (trigger {budget}, keep {KEEP_TOOL_RESULTS}, >= {clear})", clear_tool_uses),
         (f"last messages within {budget}", trim_last),
@@ -201,6 +227,7 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
 
 def table(rows: list[Row]) -> str:
     head = ["workload", "turns", "strategy", "cost", "everything / this", "no cache", "peak", "mean", "breaks"]
+    head.append("by event / comeback / new entry")
     head.append("facts kept")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = {(r.workload, r.turns): r.cost for r in rows if r.strategy == "send everything"}
@@ -208,7 +235,8 @@ def table(rows: list[Row]) -> str:
         lines.append(
             f"| {r.workload} | {r.turns:,} | {r.strategy} | {r.cost / 1e6:.2f}M | "
             f"{base[r.workload, r.turns] / r.cost:.2f} | {r.uncached / 1e6:.2f}M | {r.peak:,} | {r.mean:,.0f} | "
-            f"{r.breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) |"
+            f"{r.breaks:,} | {r.event_breaks:,} / {r.comeback_breaks:,} / "
+            f"{r.breaks - r.event_breaks - r.comeback_breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) |"
         )
     return "\n".join(lines)
 
@@ -236,7 +264,7 @@ def plot(rows: list[Row], path: Path) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", default="200,1000,2000")
-    parser.add_argument("--workloads", default="agent,chat")
+    parser.add_argument("--workloads", default="agent,facts,chat")
     parser.add_argument("--budget", type=int, default=32000)
     parser.add_argument("--clear", type=int, default=16000)
     parser.add_argument("--plot", type=Path)

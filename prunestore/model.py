@@ -22,6 +22,7 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "Role",
     "Verdict",
     "RestoreMode",
+    "EvictOrder",
     "ROLES",
     "VERDICTS",
     "KEPT",
@@ -37,6 +38,7 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "PASS_1_SURVIVORS",
     "REFERRING_VERDICTS",
     "RESTORE_MODES",
+    "EVICT_ORDERS",
     "MAX_IDENTIFIER_BYTES",
     "MAX_SESSION_NAME",
     "MAX_KEYS",
@@ -45,6 +47,7 @@ __all__ = [  # the values users meet; the helpers below serve the package
 Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc"]
 Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending"]
 RestoreMode = Literal["transitive", "direct"]
+EvictOrder = Literal["oldest", "definers_last"]
 
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
@@ -283,6 +286,7 @@ def supports(base: str, restored: bool, transitive: bool) -> bool:
 
 
 RESTORE_MODES = ("transitive", "direct")
+EVICT_ORDERS = ("oldest", "definers_last")
 
 
 @dataclass(frozen=True)
@@ -296,6 +300,10 @@ class Policy:
     message needs; `clear_at_least` gathers removals into events of at least
     that many tokens, so the prompt stays a growing prefix between them (and
     the provider's prompt cache warm); `pinned_roles` are never evicted.
+    `evict` orders eviction: ``"oldest"`` first, or ``"definers_last"``: the
+    oldest message that is no key's current definer first, definers only
+    when none is left, so fewer facts leave and come back (a comeback
+    rewrites the cached prompt after it).
     See docs/semantics.md, "Budget and removal events".
     """
 
@@ -304,12 +312,15 @@ class Policy:
     budget: int | None = None
     clear_at_least: int = 0
     pinned_roles: AbstractSet[str] = frozenset({"system"})
+    evict: EvictOrder = "oldest"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))
         object.__setattr__(self, "pinned_roles", _roles("pinned_roles", self.pinned_roles))
         if not isinstance(self.restore, str) or self.restore not in RESTORE_MODES:
             raise InvalidPolicyError(f"restore={shorten(self.restore)}: must be 'transitive' or 'direct'")
+        if not isinstance(self.evict, str) or self.evict not in EVICT_ORDERS:
+            raise InvalidPolicyError(f"evict={shorten(self.evict)}: must be 'oldest' or 'definers_last'")
         if self.budget is not None and not _count(self.budget, 1):
             raise InvalidPolicyError(f"budget={shorten(self.budget)}: must be None or an int >= 1 (tokens)")
         if not _count(self.clear_at_least, 0):
@@ -332,6 +343,7 @@ class Policy:
                 "budget": self.budget,
                 "clear_at_least": self.clear_at_least,
                 "pinned_roles": sorted(self.pinned_roles),
+                "evict": self.evict,
             },
             sort_keys=True,
         )
@@ -345,6 +357,7 @@ class Policy:
             budget=data.get("budget"),
             clear_at_least=data.get("clear_at_least", 0),
             pinned_roles=frozenset(data.get("pinned_roles", ["system"])),
+            evict=data.get("evict", "oldest"),
         )
 
 

@@ -297,6 +297,9 @@ def _step(prompt: Prompt, ms: Sequence[Message], policy: Policy, turn: int, toke
                 ]
                 if not evictable:
                     break
+                if policy.evict == "definers_last":
+                    plain = [i for i in evictable if not any(definer[k] == i for k in keys.defines[i])]
+                    evictable = plain or evictable
                 prompt.shown.discard(evictable[0])
                 prompt.evicted.add(evictable[0])
     prompt.pending_tokens = total(prompt.shown - live)

@@ -35,8 +35,24 @@ profiles = st.fixed_dictionaries(
         "ref_odds": st.sampled_from([0, 1, 3]),
         # Every message defines one key and refers to another: long restoration chains and cycles.
         "linked": st.booleans(),
+        # A conversation of facts and chatter (one session in three): a fact defines one key, a later
+        # message sometimes refers to it; whether the budget evicts facts or chatter first shows here.
+        "facts": st.integers(1, 3).map(lambda n: n == 1),
     }
 )
+
+
+@st.composite
+def fact_specs(draw):
+    """One message's fields in a conversation of facts and chatter."""
+    role = draw(st.sampled_from(["user", "assistant", "tool_output", "retrieved_doc"]))
+    words = [draw(st.sampled_from(["alpha", "beta gamma", "delta epsilon zeta"]))]
+    if _chance(draw, 3):
+        words.append("DEFINE:" + draw(st.sampled_from(KEYS)))
+    if _chance(draw, 5):
+        words.append("REF:" + draw(st.sampled_from(KEYS)))
+    tool_key = draw(st.sampled_from([None, None, "search"])) if role == "tool_output" else None
+    return {"role": role, "content": " ".join(words), "tool_key": tool_key, "ttl": None, "defines": (), "refs": ()}
 
 
 @st.composite
@@ -83,12 +99,13 @@ def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe:
     size = draw(st.integers(min_size, max_size))
     turn, out = 0, []
     for i in range(size):
-        spec = draw(message_specs(profile, tool_roles_can_dedupe))
-        turn += draw(st.sampled_from([0, 0, 1, 1, 2]))
+        spec = draw(fact_specs() if profile["facts"] else message_specs(profile, tool_roles_can_dedupe))
+        turn += draw(st.sampled_from([0, 1, 1, 1] if profile["facts"] else [0, 0, 1, 1, 2]))
         ttl = spec.pop("ttl")
         expires = None if ttl is None else turn + ttl
         metadata = draw(st.sampled_from([None, None, {"n": i}]))  # stores keep a metadata dict apart per read
-        tokens = draw(st.sampled_from([None, None, None, None, 0, 9, 40]))  # a count given with the message
+        given = [None, None, None, None, 0, 2] if profile["facts"] else [None, None, None, None, 0, 9, 40]
+        tokens = draw(st.sampled_from(given))  # a count given with the message
         out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, tokens=tokens, **spec))
     return out
 
@@ -114,6 +131,7 @@ POLICIES = [
         for name, policy in [
             ("budget", Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"})),
             ("budget-direct", Policy(restore="direct", budget=9)),
+            ("definers-last", Policy(budget=11, clear_at_least=3, evict="definers_last")),
         ]
     ),
 ]

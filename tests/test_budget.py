@@ -31,6 +31,8 @@ BUDGETED = [
     pytest.param(Policy(budget=9, clear_at_least=3, restore="direct"), id="budget-direct"),
     pytest.param(Policy(clear_at_least=6), id="gathered"),
     pytest.param(Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"}), id="pinned-users"),
+    pytest.param(Policy(budget=11, clear_at_least=3, evict="definers_last"), id="definers-last"),
+    pytest.param(Policy(budget=9, restore="direct", evict="definers_last"), id="definers-last-direct"),
 ]
 
 

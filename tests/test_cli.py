@@ -455,6 +455,12 @@ def test_policy_shows_and_changes_the_budget(cli, store_url):
     assert f"prompt: {tokens:,} tokens of a budget of 60" in cli("live", session)
     assert "evicted to stay under the budget of 60 tokens" in cli("explain", session, evicted[0])
     assert "prompt:" in cli("render", session)
+    changed = json.loads(cli("policy", "--evict", "definers_last", "--yes", "--json"))
+    assert changed["evict"] == "definers_last" and changed["budget"] == 60
+    with PruneStore(store_url) as store:
+        assert store.policy == Policy(budget=60, clear_at_least=20, evict="definers_last")
+        assert store.verify(session).ok
+    assert "'oldest'" in cli("policy", "--evict", "newest", code=2)
     assert "'none'" in cli("policy", "--budget", "lots", code=2)
     assert "clear_at_least=-1" in cli("policy", "--clear-at-least", "-1", "--yes", code=2)
     assert json.loads(cli("policy", "--budget", "none", "--clear-at-least", "0", "--yes", "--json"))["budget"] is None

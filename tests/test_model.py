@@ -61,3 +61,9 @@ def test_policy_validation():
     with pytest.raises(InvalidPolicyError, match="dedupe_roles"):
         Policy(dedupe_roles={"robot"})
     assert Policy.from_json(Policy(restore="direct").to_json()) == Policy(restore="direct")
+    with pytest.raises(InvalidPolicyError, match="evict='newest'"):
+        Policy(evict="newest")
+    definers_last = Policy(budget=9, evict="definers_last")
+    assert Policy.from_json(definers_last.to_json()) == definers_last
+    stored_before_the_field = '{"budget": 9, "clear_at_least": 0, "dedupe_roles": [], "restore": "direct"}'
+    assert Policy.from_json(stored_before_the_field).evict == "oldest"

@@ -290,3 +290,30 @@ def test_a_current_turn_below_the_last_message_is_refused_under_a_budget():
         result = prune(messages, policy=budget, current_turn=turn)
         assert [m.id for m in result.live] == [m.id for m in messages if result.verdicts[m.id] in LIVE_VERDICTS]
     assert prune(messages, current_turn=3).current_turn == 3  # without a budget the passes take any turn
+
+
+def test_definers_last_evicts_what_defines_nothing_first():
+    """Under ``evict="definers_last"`` a fact outlives chatter, so a later reference needs no comeback."""
+    messages = [
+        Message("fact", "user", "my preferred format is CSV DEFINE:format", 1),  # 8 tokens
+        Message("chat1", "assistant", "word " * 20, 2),
+        Message("redefined", "user", "call me Sam DEFINE:name", 3),  # 6
+        Message("renamed", "user", "call me Alex DEFINE:name", 4),  # 6
+        Message("chat2", "assistant", "word " * 14, 5),  # 54 in all: an event, down to 30
+    ]
+    referring = Message("export", "user", "export the results REF:format", 6)
+    budget = {"budget": 50, "clear_at_least": 20}
+    oldest, last = Policy(**budget), Policy(**budget, evict="definers_last")
+
+    before = prune(messages, policy=oldest)
+    assert [m.id for m in before.live] == ["redefined", "renamed", "chat2"]
+    after = prune([*messages, referring], policy=oldest)
+    assert [m.id for m in after.live][:1] == ["fact"], "the fact comes back before the cached prompt"
+
+    before = prune(messages, policy=last)
+    # chatter first, and a message whose key a later one redefined is no longer a definer
+    assert [m.id for m in before.live] == ["fact", "renamed", "chat2"]
+    assert before.verdicts["chat1"] == before.verdicts["redefined"] == "evicted"
+    after = prune([*messages, referring], policy=last)
+    assert [m.id for m in after.live] == [m.id for m in before.live] + ["export"], "the prompt only grew"
+    assert before.events == after.events == 1

@@ -35,7 +35,7 @@ def test_parameters_hold_on_a_long_session(name):
         assert abs(repeats / len(tools) - spec.tool_repeat_rate) < 0.08
         assert {m.tool_key.split(":")[0] for m in tools} == set(spec.tools)
         defining = sum(1 for m in tools if effective_defines(m))
-        assert abs(defining / len(tools) - 0.15) < 0.06
+        assert abs(defining / len(tools) - spec.tool_define_rate) < 0.06
     if spec.passages_per_turn:
         seen, repeats = set(), 0
         for m in by_role["retrieved_doc"]:
@@ -44,9 +44,9 @@ def test_parameters_hold_on_a_long_session(name):
             seen.add(text)
         assert abs(repeats / len(by_role["retrieved_doc"]) - spec.overlap_rate) < 0.05
     preferences = sum(1 for m in by_role["user"] if "DEFINE:" in m.content)
-    assert abs(preferences / turns - 0.08) < 0.025
+    assert abs(preferences / turns - spec.preference_rate) < 0.025
     references = sum(1 for m in by_role["user"] if effective_refs(m))
-    assert abs(references / turns - 0.3) < 0.05
+    assert abs(references / turns - spec.reference_rate) < 0.05
 
 
 @pytest.mark.parametrize("name", list(WORKLOADS))

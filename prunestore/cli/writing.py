@@ -286,6 +286,11 @@ def _roles(text: str | None) -> frozenset[str] | None:
 @click.option("--clear-at-least", type=int, help="Tokens of removals gathered before an event.")
 @click.option("--pinned-roles", help="Comma-separated roles the budget never evicts.")
 @click.option("--restore", type=click.Choice(["transitive", "direct"]), help="How restoration follows references.")
+@click.option(
+    "--evict",
+    type=click.Choice(["oldest", "definers_last"]),
+    help="What the budget evicts first: the oldest messages, or the oldest that define no key in use.",
+)
 @click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
 @click.option(
     "--tokenizer",
@@ -300,6 +305,7 @@ def policy(
     clear_at_least: int | None,
     pinned_roles: str | None,
     restore: str | None,
+    evict: str | None,
     dedupe_roles: str | None,
     tokenizer: str | None,
     yes: bool,
@@ -319,6 +325,8 @@ def policy(
             changes[name] = value
     if restore is not None:
         changes["restore"] = restore
+    if evict is not None:
+        changes["evict"] = evict
     counter = None if tokenizer is None else load_tokenizer(tokenizer)
     with open_store(ctx, reading=not changes and counter is None) as store:
         chosen = store.policy

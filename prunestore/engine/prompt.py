@@ -11,7 +11,8 @@ a time, by the rules of docs/semantics.md ("Budget and removal events"):
 * an event happens when the pending tokens reach `clear_at_least` or the
   prompt is over the budget; it removes every pending message and, over the
   budget, evicts the oldest evictable messages until the prompt is
-  `clear_at_least` tokens under it.
+  `clear_at_least` tokens under it (with ``evict="definers_last"``, the
+  current definers of keys only once nothing else is left to evict).
 
 Counts kept so that no step reads the session: the prompt's tokens and the
 pending tokens (on the session row), and per key the counting referrers the
@@ -146,7 +147,11 @@ class PromptKeeper:
                 self._set(state, visible=False, evicted=False)
             if over:
                 assert policy.budget is not None
-                self._evict(policy.budget - policy.clear_at_least)
+                target = policy.budget - policy.clear_at_least
+                definers_last = policy.evict == "definers_last"
+                self._evict(target, definers=not definers_last)
+                if definers_last and counters.tokens > target:
+                    self._evict(target, definers=True)
 
     def _bring_back(self, stack: list[MsgState]) -> None:
         """Evicted definers of what now counts in the prompt come back, and what they need, at once."""
@@ -194,12 +199,19 @@ class PromptKeeper:
             for ks in self.index.keys(state.defines)
         )
 
-    def _evict(self, target: int) -> None:
+    def _defines_now(self, state: MsgState) -> bool:
+        """Whether it is the current definer of a key."""
+        return any(ks.definer == state.seq for ks in self.index.keys(state.defines))
+
+    def _evict(self, target: int, *, definers: bool) -> None:
         """Evict the oldest evictable messages until the prompt holds at most `target` tokens.
 
-        Evicting a referrer can free an older definer, which is then looked at
-        again before anything newer (`_freed`). The cursor moves to where the
-        walk stopped; what it passed and left in the prompt is written held.
+        Without `definers`, the current definers of keys are passed like
+        pinned ones (the first walk of ``evict="definers_last"``; a second
+        walk from the start takes them). Evicting a referrer can free an
+        older definer, which is then looked at again before anything newer
+        (`_freed`). The cursor moves to where the walk stopped; what it
+        passed and left in the prompt is written held.
         """
         pinned, turn, messages = self.policy.pinned_roles, self.index.current_turn, self.index.messages
         counters, passed_from = self.counters, self.counters.cursor
@@ -220,7 +232,7 @@ class PromptKeeper:
             if state.turn >= turn:
                 stop = state.seq  # this and everything after it belong to the current turn
                 break
-            if state.role in pinned or self._needed(state):
+            if state.role in pinned or self._needed(state) or (not definers and self._defines_now(state)):
                 if state.seq >= passed_from:  # newly below the cursor: written held, and walked again from memory
                     state.dirty = True
                     self._shown[state.seq] = state

@@ -15,7 +15,7 @@ from ..prune import prune
 from ..sql import db
 from ..store import PruneStore
 from .costs import prompt_costs
-from .workloads import WORKLOADS, generate
+from .workloads import generate
 
 DEFAULT_SIZES = (50, 200, 500, 1000, 2000)
 
@@ -45,7 +45,7 @@ class DemoRow:
 def run_demo(
     store: PruneStore,
     sizes: tuple[int, ...] = DEFAULT_SIZES,
-    workloads: tuple[str, ...] = tuple(WORKLOADS),
+    workloads: tuple[str, ...] = ("chat", "rag", "agent"),
     seed: int = 0,
     *,
     replace: bool = False,

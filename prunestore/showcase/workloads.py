@@ -7,12 +7,14 @@ created, never from running the pruner: when a user message refers to a key,
 the message that last defined it is recorded as required.
 
 Every workload has a system message at turn 0 and, each turn, a user and an
-assistant message; a user preference that defines a key with probability
-0.08; a user message referring to an open key with probability 0.3; tool
-calls at the workload's rate, repeating an earlier call (same tool and
-arguments, so the same tool key) at its repeat rate, and 15% of tool outputs
-defining a key; and retrieved passages, each a copy of one of the 8 most
-recent new passages at the overlap rate.
+assistant message; a user preference that defines a key (probability 0.08
+by default); a user message referring to an open key, any of those defined
+so far, so often one from hundreds of turns before (0.3); tool calls at the
+workload's rate, repeating an earlier call (same tool and arguments, so the
+same tool key) at its repeat rate, and some tool outputs defining a key
+(15%); and retrieved passages, each a copy of one of the 8 most recent new
+passages at the overlap rate. The facts workload is the tool agent with
+three times the definitions and twice the references.
 """
 
 from __future__ import annotations
@@ -25,10 +27,6 @@ from itertools import groupby
 from ..model import Message
 
 __all__ = ["Workload", "WORKLOADS", "GeneratedSession", "generate"]
-
-PREFERENCE_RATE = 0.08
-REFERENCE_RATE = 0.3
-TOOL_DEFINE_RATE = 0.15
 
 _WORDS = (
     "data order customer report week region total revenue table query result value file page "
@@ -47,12 +45,17 @@ class Workload:
     tool_call_rate: float
     tool_repeat_rate: float
     tools: tuple[str, ...]
+    preference_rate: float = 0.08
+    reference_rate: float = 0.3
+    tool_define_rate: float = 0.15
 
 
+_AGENT_TOOLS = ("search", "sql_query", "calculator", "filesystem", "web_fetch")
 WORKLOADS = {
     "chat": Workload("chat", 0, 0.0, 8, 0.05, 0.3, ("search",)),
     "rag": Workload("rag", 3, 0.45, 8, 0.10, 0.4, ("search", "sql_query")),
-    "agent": Workload("agent", 2, 0.35, 8, 0.65, 0.7, ("search", "sql_query", "calculator", "filesystem", "web_fetch")),
+    "agent": Workload("agent", 2, 0.35, 8, 0.65, 0.7, _AGENT_TOOLS),
+    "facts": Workload("facts", 2, 0.35, 8, 0.65, 0.7, _AGENT_TOOLS, 0.24, 0.6, 0.45),
 }
 
 
@@ -90,12 +93,12 @@ def generate(workload: str | Workload, turns: int, seed: int = 0) -> GeneratedSe
 
     for turn in range(1, turns + 1):
         parts = [f"Question {turn}: " + _text(rng, 12)]
-        if rng.random() < PREFERENCE_RATE:
+        if rng.random() < spec.preference_rate:
             key = f"pref{turn}"
             parts.append(f"Please remember this preference: {_text(rng, 6)} DEFINE:{key}")
             definer[key] = f"u{turn}"
             open_keys.append(key)
-        if open_keys and rng.random() < REFERENCE_RATE:
+        if open_keys and rng.random() < spec.reference_rate:
             key = rng.choice(open_keys)
             parts.append(f"As agreed before, REF:{key}")
             required.add(definer[key])
@@ -108,7 +111,7 @@ def generate(workload: str | Workload, turns: int, seed: int = 0) -> GeneratedSe
                 tool_key = f"{rng.choice(spec.tools)}:{len(calls)}"
                 calls.append(tool_key)
             content = f"{tool_key} returned: " + _text(rng, 100)
-            if rng.random() < TOOL_DEFINE_RATE:
+            if rng.random() < spec.tool_define_rate:
                 key = f"fact{turn}"
                 content += f" DEFINE:{key}"
                 definer[key] = f"t{turn}"
