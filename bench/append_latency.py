@@ -10,9 +10,9 @@ durable write on the same database: a one-row INSERT committed on its own
 (one round trip and the log flush on PostgreSQL; the WAL write on SQLite), and
 prints each append p50 over that p50. With --partitioned, a second
 PostgreSQL database (emptied, then made 16 hash partitions) runs too. With
---budget, a second SQLite store with ``Policy(budget=..., clear_at_least=...)``
-runs beside the default one, its appends interleaved with the other's, so the
-two compare in one run.
+--budget, two more SQLite stores with ``Policy(budget=..., clear_at_least=...)``,
+evicting the oldest first and ``evict="definers_last"``, run beside the default
+one, their appends interleaved with its, so the three compare in one run.
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
@@ -177,6 +177,9 @@ def main() -> int:
     policies = {"default": Policy()}
     if args.budget:
         policies[f"budget {args.budget}/{args.clear}"] = Policy(budget=args.budget, clear_at_least=args.clear)
+        policies[f"budget {args.budget}/{args.clear}, definers last"] = Policy(
+            budget=args.budget, clear_at_least=args.clear, evict="definers_last"
+        )
     results: dict[str, list[tuple[int, float, float]]] = {}
     floors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
