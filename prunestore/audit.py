@@ -69,7 +69,7 @@ def _replayed(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedStat
 
 def compare(
     session: str,
-    session_row: tuple[int, ...],
+    session_row: tuple[int | None, ...],
     stored: Sequence[StoredMessage],
     derived: Sequence[tuple[bytes, str, str, int]],
     key_rows: Iterable[tuple[str, int | None, int, int]],
@@ -82,7 +82,9 @@ def compare(
     With `count` (the store's counter of a message), each message's tokens are counted again and compared too.
 
     `session_row` is the stored (current turn, last seq, prompt tokens,
-    pending tokens, events, prompt cursor, tokens, live tokens). `derived` holds each message's
+    pending tokens, events, prompt cursor, tokens, live tokens, comebacks,
+    late joins); the last two are None where the session predates them
+    and are then not compared. `derived` holds each message's
     stored content hash, effective keys (space-separated defines and refs)
     and held flag; `key_rows` and `holder_rows` are the session's rows of
     the key and hash-holder indexes. The cursor is where the last eviction
@@ -104,6 +106,8 @@ def compare(
     )
     if expected.prompt is not None:
         differ("session", "prompt tokens, pending tokens, events", session_row[2:5], expected.prompt.values())
+        if None not in session_row[8:10]:
+            differ("session", "comebacks, late joins", session_row[8:10], expected.prompt.breaks())
     differ(
         "session",
         "tokens, live tokens",
@@ -111,6 +115,7 @@ def compare(
         tuple(Totals.of((s.tokens, s.verdict) for s in expected.states)),
     )
     cursor = session_row[5]
+    assert cursor is not None
     for message, (content_hash, defines, refs, held), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         if count is not None:

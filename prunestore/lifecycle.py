@@ -152,6 +152,8 @@ def cut(
     touched = list(undo.verdicts)
     before = driver.chunks(_VERDICTS_OF, {"sid": sid}, "seqs", touched) + [verdict_row(r) for r in raw_tail]
     apply_undo(driver, sid, undo)
+    if undo.prompt is not None and None in row.prompt.breaks():  # not counted before: a cut does not start it
+        undo.prompt.comebacks = undo.prompt.late_joins = None
     driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": m.seq} for m, h in tail])
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))

@@ -46,6 +46,11 @@ class PruneResult:
     Under a budget or `clear_at_least`, `live` is the prompt: `events` counts
     the removal events, `pending_tokens` what waits for the next one, and
     `over_budget` says that what may not be evicted exceeds the budget.
+    `comebacks` counts the steps (one per message) in which an evicted
+    message came back, `late_joins` those in which a message other than the
+    new one joined the prompt without coming back from eviction (a restored
+    definer the passes had dropped, the next copy of a passage): each puts a
+    message before the prompt's end, where the provider's cache breaks.
     """
 
     messages: list[Message] = field(repr=False)
@@ -58,6 +63,8 @@ class PruneResult:
     events: int = 0
     pending_tokens: int = 0
     over_budget: bool = False
+    comebacks: int = 0
+    late_joins: int = 0
 
     @property
     def messages_before(self) -> int:
@@ -137,6 +144,8 @@ def prune(
         events=prompt.events,
         pending_tokens=prompt.pending_tokens,
         over_budget=prompt.over_budget,
+        comebacks=prompt.comebacks,
+        late_joins=prompt.late_joins,
     )
 
 
@@ -217,6 +226,8 @@ class Prompt:
     events: int = 0
     pending_tokens: int = 0
     over_budget: bool = False
+    comebacks: int = 0
+    late_joins: int = 0
 
 
 def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens: Sequence[int]) -> Prompt:
@@ -235,8 +246,9 @@ def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens
     steps = [(i + 1, m.turn) for i, m in enumerate(ms)]
     if not ms or current_turn > ms[-1].turn:
         steps.append((len(ms), current_turn))
-    for count, turn in steps:
-        _step(prompt, ms[:count], policy, turn, tokens, keys)
+    for step, (count, turn) in enumerate(steps):
+        new = count - 1 if step < len(ms) else None  # the step's new message (none in the last, later turn)
+        _step(prompt, ms[:count], policy, turn, tokens, keys, new)
     return prompt
 
 
@@ -249,7 +261,15 @@ class _Keys:
     refs: list[frozenset[str]]
 
 
-def _step(prompt: Prompt, ms: Sequence[Message], policy: Policy, turn: int, tokens: Sequence[int], keys: _Keys) -> None:
+def _step(
+    prompt: Prompt,
+    ms: Sequence[Message],
+    policy: Policy,
+    turn: int,
+    tokens: Sequence[int],
+    keys: _Keys,
+    new: int | None,
+) -> None:
     position = {id(m): i for i, m in enumerate(ms)}
     base, restored = passes(
         ms,
@@ -273,9 +293,12 @@ def _step(prompt: Prompt, ms: Sequence[Message], policy: Policy, turn: int, toke
 
     # Dropped by the passes: no longer evicted. Live and not evicted: in the prompt at once.
     prompt.evicted &= live
+    joining = live - prompt.evicted - prompt.shown - {new}
+    prompt.late_joins += bool(joining)
     prompt.shown |= live - prompt.evicted
     # Definers that a counting message in the prompt refers to come back at once, to a fixed point.
     back = needed() & prompt.evicted
+    prompt.comebacks += bool(back)
     while back:
         prompt.evicted -= back
         prompt.shown |= back

@@ -102,11 +102,14 @@ _KEY_ROWS = Statement(
     "SELECT key, definer_seq, support, kept_refs, evicted_refs FROM prunestore_keys WHERE session_id = :sid"
 )
 _PROMPT_ONE = Statement(
-    "SELECT events, CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END FROM prunestore_sessions "
-    "WHERE session_id = :sid"
+    "SELECT events, CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END, comebacks, late_joins "
+    "FROM prunestore_sessions WHERE session_id = :sid"
 )
+# The counts of comebacks and late joins are unknown (NULL) if one session's is.
 _PROMPT_ALL = Statement(
-    "SELECT sum(events), sum(CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END) FROM prunestore_sessions"
+    "SELECT sum(events), sum(CASE WHEN prompt_tokens > :budget THEN 1 ELSE 0 END), "
+    "CASE WHEN count(comebacks) = count(*) THEN coalesce(sum(comebacks), 0) END, "
+    "CASE WHEN count(late_joins) = count(*) THEN coalesce(sum(late_joins), 0) END FROM prunestore_sessions"
 )
 _OVER_NAMES = Statement("SELECT name FROM prunestore_sessions WHERE prompt_tokens > :budget ORDER BY name LIMIT 20")
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
@@ -316,10 +319,12 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
     for verdict, count, tokens in rows:
         by_verdict[verdict] = VerdictStats(int(count), int(tokens))
     live = [by_verdict[v] for v in LIVE_VERDICTS]
-    events, over, names = 0, 0, ()
+    events, over, comebacks, late_joins, names = 0, 0, 0, 0, ()
     if policy.gathers:
         params = {"sid": sid, "budget": policy.budget if policy.budget is not None else 2**62}
-        events, over = driver.first(_PROMPT_ALL if sid is None else _PROMPT_ONE, params) or (0, 0)
+        found = driver.first(_PROMPT_ALL if sid is None else _PROMPT_ONE, params)
+        if found is not None:
+            events, over, comebacks, late_joins = found
         if over and sid is None:
             names = tuple(name for (name,) in driver.all(_OVER_NAMES, params))
     return Stats(
@@ -334,6 +339,8 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
         events=int(events or 0),
         over_budget=int(over or 0),
         over_budget_names=names,
+        comebacks=None if comebacks is None else int(comebacks),
+        late_joins=None if late_joins is None else int(late_joins),
     )
 
 
@@ -345,7 +352,7 @@ def verify(
     stored = [r.message for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor, *row.totals),
+        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor, *row.totals, *row.prompt.breaks()),
         stored,
         [(r.content_hash, r.eff_defines, r.eff_refs, r.held) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),

@@ -229,7 +229,12 @@ class Stats:
     """Messages and tokens of one session (or all), total, live (in the prompt) and per verdict.
 
     Under a budget or `clear_at_least`, also the pending tokens, the removal
-    events so far and how many sessions are over the budget.
+    events so far and how many sessions are over the budget, and the other
+    two causes of a break in the provider's prompt cache: `comebacks` (steps
+    in which an evicted message came back) and `late_joins` (steps in which
+    a message the passes had dropped, or a new surviving copy, joined before
+    the prompt's end). They are None where a session was stored before they
+    were counted, until `rebuild` replays it.
     """
 
     sessions: int
@@ -243,6 +248,8 @@ class Stats:
     events: int = 0  # removal events so far
     over_budget: int = 0  # sessions whose prompt is over the budget (what may not be evicted exceeds it)
     over_budget_names: tuple[str, ...] = ()  # the first of them by name (up to 20)
+    comebacks: int | None = 0  # steps that brought an evicted message back
+    late_joins: int | None = 0  # steps in which a message other than the new one joined without coming back
 
     @property
     def reduction(self) -> float:
@@ -265,7 +272,8 @@ class SessionSummary:
 
     `tokens` counts every stored message, `live_tokens` those in the prompt;
     `created_at` and `updated_at` are Unix seconds; `events` counts removal
-    events under a budget or `clear_at_least` (0 otherwise).
+    events under a budget or `clear_at_least` (0 otherwise), `comebacks` and
+    `late_joins` the prompt cache's other breaks (see `Stats`).
     """
 
     name: str
@@ -276,6 +284,8 @@ class SessionSummary:
     events: int
     created_at: int
     updated_at: int
+    comebacks: int | None = 0
+    late_joins: int | None = 0
 
     @property
     def reduction(self) -> float:

@@ -56,7 +56,7 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
     appended: list[Message] = []
     before: list = []
     evicted: set[str] = set()
-    events = 0
+    events = comebacks = late_joins = 0
     for message in ms:
         delta = store.append(session, message)
         appended.append(message)
@@ -68,6 +68,7 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
         stats = store.stats(session)
         assert stats.live_tokens == sum(m.tokens for m in prompt)
         assert stats.events == expected.events == events + delta.events
+        assert (stats.comebacks, stats.late_joins) == (expected.comebacks, expected.late_joins)
         assert stats.pending_tokens == expected.pending_tokens
         assert bool(stats.over_budget) == expected.over_budget
         if policy.budget is not None and not stats.over_budget:
@@ -75,6 +76,10 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
 
         ids = [m.id for m in prompt]
         came_back = set(delta.live_added) - {message.id}
+        if came_back and not delta.events:  # each one a comeback or a late join, counted as one step
+            assert stats.comebacks + stats.late_joins > comebacks + late_joins
+        assert comebacks + late_joins <= stats.comebacks + stats.late_joins <= comebacks + late_joins + 2
+        comebacks, late_joins = stats.comebacks, stats.late_joins
         if not delta.events and not came_back:
             assert ids[: len(before)] == [m.id for m in before], "between events the prompt only grows at its end"
             assert not delta.live_removed

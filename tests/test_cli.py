@@ -452,6 +452,10 @@ def test_policy_shows_and_changes_the_budget(cli, store_url):
         evicted = [m.id for m in store.messages(session) if m.verdict == "evicted"]
     assert evicted  # the example holds more than 60 tokens
     assert "budget: 60 tokens" in cli("stats", session)
+    with PruneStore(store_url) as store:
+        counts = store.stats(session)
+    breaks = f"prompt cache breaks besides events: {counts.comebacks} comebacks, {counts.late_joins} late joins"
+    assert breaks in cli("stats", session)
     assert f"prompt: {tokens:,} tokens of a budget of 60" in cli("live", session)
     assert "evicted to stay under the budget of 60 tokens" in cli("explain", session, evicted[0])
     assert "prompt:" in cli("render", session)

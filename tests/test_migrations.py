@@ -201,3 +201,51 @@ def test_a_store_from_before_0009_records_the_tokenizer_it_is_opened_with(store_
         PruneStore(store_url, tokenizer=len)
     with PruneStore(store_url) as store:  # follows the recorded one
         assert store.tokenizer is char_tokens
+
+
+def _facts(turns: range) -> list[list[Message]]:
+    """Per turn, a fact and some chatter; every third turn refers back to the fact of six turns before."""
+    out = []
+    for t in turns:
+        batch = [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "chat " * 6, t)]
+        if t >= 6 and t % 3 == 0:
+            batch.append(Message(f"r{t}", "user", f"as said REF:k{t - 6}", t))
+        out.append(batch)
+    return out
+
+
+@pytest.mark.plain_tables
+def test_sessions_from_before_0013_have_no_count_of_comebacks_until_rebuilt(store_url):
+    from prunestore import prune
+
+    policy = Policy(budget=30, clear_at_least=10)
+    batches = _facts(range(1, 30))
+    with PruneStore(store_url, policy=policy) as store:
+        for batch in batches[:20]:
+            store.append("s", batch)
+        assert store.stats("s").comebacks > 0
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0012")  # before the counts
+        db.upgrade(engine)
+    finally:
+        engine.dispose()
+    with PruneStore(store_url) as store:
+        assert (store.stats("s").comebacks, store.stats("s").late_joins) == (None, None)
+        assert store.stats().comebacks is None  # one session not counted: the store's sum is unknown
+        for batch in batches[20:]:
+            store.append("s", batch)
+        store.pop("s")  # a cut does not start a count either
+        assert store.stats("s").comebacks is None and store.verify().ok
+        store.append("t", batches[0])  # a new session counts from its start
+        assert store.stats("t").comebacks == 0
+        store.rebuild()
+        expected = prune([m.to_message() for m in store.messages("s")], policy=policy)
+        stats = store.stats("s")
+        assert (stats.comebacks, stats.late_joins) == (expected.comebacks, expected.late_joins)
+        assert stats.comebacks > 0 and store.stats().comebacks == stats.comebacks and store.verify().ok
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("UPDATE prunestore_sessions SET comebacks = comebacks + 1 WHERE name = 's'"))
+        report = store.verify()
+        found = [(m.session, m.what, m.subject) for m in report.mismatches]
+        assert found == [("s", "session", "comebacks, late joins")]

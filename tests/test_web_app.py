@@ -452,3 +452,20 @@ def test_an_evicted_message_page_names_its_removal_event(open_store):
     )
     assert f"the removal event of turn {why.evicted_at_turn}" in page.text and 'id="evicted-at"' in page.text
     assert f'href="/message?session=e&amp;id={why.evicted_by}"' in page.text
+
+
+def test_the_session_page_counts_the_prompt_cache_breaks_by_cause(open_store):
+    from prunestore import Policy
+
+    store = open_store(Policy(budget=30, clear_at_least=10))
+    for t in range(1, 25):
+        batch = [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "chat " * 6, t)]
+        if t >= 6 and t % 3 == 0:
+            batch.append(Message(f"r{t}", "user", f"as said REF:k{t - 6}", t))
+        store.append("b", batch)
+    stats = store.stats("b")
+    assert stats.comebacks
+    page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/session", params={"session": "b"}).text
+    assert f'<div id="comebacks"><b>{stats.comebacks}</b>comebacks</div>' in page
+    assert f"<b>{stats.events}</b>removal events" in page
+    assert ('id="late-joins"' in page) == bool(stats.late_joins)

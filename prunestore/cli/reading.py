@@ -186,6 +186,12 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
             f"budget: {budget}; pending removal: {result.pending_tokens:,} tokens; "
             f"removal events: {result.events:,}; sessions over budget: {result.over_budget}{_named(result)}"
         )
+        if None in (result.comebacks, result.late_joins):
+            click.echo("prompt cache breaks besides events: not counted (stored before they were; rebuild counts them)")
+        else:
+            click.echo(
+                f"prompt cache breaks besides events: {result.comebacks:,} comebacks, {result.late_joins:,} late joins"
+            )
         if result.over_budget:
             click.echo("warning: over budget: what may not be evicted exceeds the budget", err=True)
 

@@ -45,18 +45,25 @@ class PromptCounters:
     """A session's prompt totals, as stored on its row: tokens in the prompt, pending tokens, events so far.
 
     And where the last eviction walk stopped (`cursor`): bookkeeping, not part of the prompt's `values`.
+    `comebacks` and `late_joins` count the steps that put a message back before the prompt's end
+    without an event (see `step`); None for a session whose history predates the count.
     """
 
     tokens: int = 0
     pending: int = 0
     events: int = 0
     cursor: int = 0
+    comebacks: int | None = 0
+    late_joins: int | None = 0
 
     def values(self) -> tuple[int, int, int]:
         return self.tokens, self.pending, self.events
 
+    def breaks(self) -> tuple[int | None, int | None]:
+        return self.comebacks, self.late_joins
+
     def copy(self) -> PromptCounters:
-        return PromptCounters(self.tokens, self.pending, self.events, self.cursor)
+        return PromptCounters(self.tokens, self.pending, self.events, self.cursor, self.comebacks, self.late_joins)
 
     def holds(self, seq: int, in_prompt: bool) -> bool:
         """Whether a message is stored held: in the prompt, below the cursor."""
@@ -129,17 +136,23 @@ class PromptKeeper:
         """Bring the prompt in line with the passes' new verdicts, then hold an event if one is due."""
         touched, self._before = sorted(self._before.values(), key=lambda t: t[0].seq), {}
         newly_counting = []
+        joined = False
         for state, before in touched:
             if not state.survives:
                 state.evicted = False  # dropped by the passes: its verdict says why, not the budget
             elif not state.visible and not state.evicted:
                 state.visible = True  # new, or needed back: in at once
+                joined |= state.seq != self.index.last_seq
             self._account(state, before)
             if state.visible and self._counts(state) and not (before[0] and before[2]):
                 newly_counting.append(state)
-        self._bring_back(newly_counting)
+        came_back = self._bring_back(newly_counting)
 
         policy, counters = self.policy, self.counters
+        if counters.late_joins is not None:
+            counters.late_joins += joined
+        if counters.comebacks is not None:
+            counters.comebacks += came_back
         over = policy.budget is not None and counters.tokens > policy.budget
         if over or 0 < counters.pending >= policy.clear_at_least:
             counters.events += 1
@@ -153,15 +166,18 @@ class PromptKeeper:
                 if definers_last and counters.tokens > target:
                     self._evict(target, definers=True)
 
-    def _bring_back(self, stack: list[MsgState]) -> None:
-        """Evicted definers of what now counts in the prompt come back, and what they need, at once."""
+    def _bring_back(self, stack: list[MsgState]) -> bool:
+        """Evicted definers of what now counts in the prompt come back, and what they need, at once: whether any did."""
+        came_back = False
         while stack:
             state = stack.pop()
             for definer in self.index.definers(state.refs, exclude=state):
                 if definer.evicted:
+                    came_back = True
                     self._set(definer, visible=True, evicted=False)
                     if self._counts(definer):
                         stack.append(definer)
+        return came_back
 
     def _pending_now(self) -> list[MsgState]:
         adopt = self.index.adopt

@@ -74,9 +74,9 @@ _MESSAGE_COLUMNS = (
 # Rows are found by id (`sessionids`); the name read with them tells a collision apart.
 _SESSION_COLUMNS = (
     "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
-    "tokens, live_tokens, policy_generation, name"
+    "comebacks, late_joins, tokens, live_tokens, policy_generation, name"
 )
-SESSION_WIDTH = 12
+SESSION_WIDTH = 14
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
@@ -102,12 +102,14 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at, "
-    "policy_generation) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled) ON CONFLICT (session_id) DO NOTHING"
+    "policy_generation, comebacks, late_joins) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled, 0, 0) "
+    "ON CONFLICT (session_id) DO NOTHING"
 )
 UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
     "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
-    "tokens = :tokens, live_tokens = :live_tokens, policy_generation = :generation, updated_at = :now "
+    "comebacks = :comebacks, late_joins = :late_joins, tokens = :tokens, live_tokens = :live_tokens, "
+    "policy_generation = :generation, updated_at = :now "
     "WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
@@ -284,7 +286,9 @@ def keyed_message(row) -> tuple[str, StoredMessage]:
 
 
 # A session's counts, in the order of `SessionSummary`'s fields, read from its row alone.
-SUMMARY_COLUMNS = "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at"
+SUMMARY_COLUMNS = (
+    "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at, comebacks, late_joins"
+)
 
 
 def session_summary(row) -> SessionSummary:
@@ -401,6 +405,8 @@ class SessionRow:
         pending_tokens: int = 0,
         events: int = 0,
         prompt_cursor: int = 0,
+        comebacks: int | None = 0,
+        late_joins: int | None = 0,
         tokens: int = 0,
         live_tokens: int = 0,
         generation: int = 0,
@@ -410,7 +416,7 @@ class SessionRow:
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
-        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events, prompt_cursor)
+        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events, prompt_cursor, comebacks, late_joins)
         self.totals = Totals(tokens, live_tokens)
 
 

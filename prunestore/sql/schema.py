@@ -48,6 +48,10 @@ SESSIONS = sa.Table(
     sa.Column("events", sa.BigInteger, nullable=False, server_default="0"),
     # Where the last eviction walk stopped: below it the prompt holds only held messages.
     sa.Column("prompt_cursor", sa.BigInteger, nullable=False, server_default="0"),
+    # Steps that brought an evicted message back, and that let another one join before the prompt's end;
+    # NULL for a session stored before 0013 until it is rebuilt (new sessions are written with 0).
+    sa.Column("comebacks", sa.BigInteger),
+    sa.Column("late_joins", sa.BigInteger),
     # Unix time (seconds) of the session's creation and of its last write.
     sa.Column("created_at", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("updated_at", sa.BigInteger, nullable=False, server_default="0"),

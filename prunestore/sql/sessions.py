@@ -72,6 +72,8 @@ def update_session(
         "pending_tokens": prompt.pending,
         "events": prompt.events,
         "cursor": prompt.cursor,
+        "comebacks": prompt.comebacks,
+        "late_joins": prompt.late_joins,
         "tokens": totals.tokens,
         "live_tokens": totals.live_tokens,
         "generation": session.generation,

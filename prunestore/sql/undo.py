@@ -45,9 +45,11 @@ def journal_entry(
     Messages are ``[seq, base, verdict]``, keys ``[key, definer, support,
     kept_refs, evicted_refs]`` (or ``[key]`` for a key the append created),
     holders ``[content hash as hex, seq]``, the prompt totals ``[tokens,
-    pending, events, cursor]`` (left out when all are 0; entries written
-    before the totals existed have four parts and a key's evicted_refs is
-    then 0; before the cursor, three totals, and the cursor is then 0).
+    pending, events, cursor, comebacks, late joins]`` (left out when all
+    are 0; entries written before the totals existed have four parts and a
+    key's evicted_refs is then 0; before the cursor, three totals, and the
+    cursor is then 0; before the comebacks, four, and the counts are then
+    unknown, None).
     """
     messages = []
     for state in changed:
@@ -57,7 +59,7 @@ def journal_entry(
     holders = [[content_hash.hex(), seq] for content_hash, seq in holders_removed]
     entry: list = [turn_before, messages, key_rows, holders]
     if prompt_before is not None and prompt_before != PromptCounters():
-        entry.append([*prompt_before.values(), prompt_before.cursor])
+        entry.append([*prompt_before.values(), prompt_before.cursor, *prompt_before.breaks()])
     return json.dumps(entry, separators=(",", ":"))
 
 
@@ -98,7 +100,9 @@ def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
     for (entry,) in driver.all(_ENTRIES_SINCE, {"sid": sid, "since": since}):
         _, messages, keys, holders, *prompt = json.loads(entry)
         if undo.prompt is None:
-            undo.prompt = PromptCounters(*prompt[0]) if prompt else PromptCounters()
+            totals = prompt[0] if prompt else []
+            unknown = [None, None] if 0 < len(totals) <= 4 else []  # written before the counts of comebacks
+            undo.prompt = PromptCounters(*totals, *unknown)
         for seq, base, verdict in messages:
             if seq < since:  # rows from `since` on are deleted anyway
                 undo.verdicts.setdefault(seq, (base, verdict))
