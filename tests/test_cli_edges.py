@@ -566,6 +566,7 @@ def test_demo_says_when_its_budget_run_went_over_and_refuses_a_negative_budget_f
     shown = cli("demo", "--sizes", "20", "--budget", "100", "--clear-at-least", "10")
     assert "over the budget at" in shown.stdout and "0.00M" not in shown.stdout
     assert re.search(r"cost with a prompt cache .*: [0-9.]+k, against [0-9.]+k sending everything", shown.stdout)
+    assert re.search(r'with evict="definers_last" .*: [0-9.]+k \([0-9.]+x less\), comebacks \d+ -> \d+', shown.stdout)
     refused = cli("demo", "--sizes", "20", "--budget", "-1", code=2)
     assert refused.stdout == "" and "writing the demo" not in refused.stderr and "--budget" in refused.stderr
 

@@ -26,6 +26,12 @@ def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
         f"  input cost with a prompt cache (read 0.1, write 1.25 a token): {_amount(r.cost)}, "
         f"against {_amount(r.cost_everything)} sending everything ({r.cost_everything / r.cost:.1f}x less)"
     )
+    last = budget_run(turns, budget, clear_at_least, evict="definers_last")
+    click.echo(
+        f'  with evict="definers_last" (facts evicted last): {_amount(last.cost)} '
+        f"({last.cost_everything / last.cost:.1f}x less), comebacks {r.comebacks} -> {last.comebacks}; "
+        f"facts in every turn's prompt: {last.facts_kept}/{last.facts}"
+    )
     if r.over_budget_turns:
         click.echo(
             f"  over the budget at {counted(r.over_budget_turns, 'turn')} of {r.turns}: what may not be evicted "

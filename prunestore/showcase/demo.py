@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import SessionExistsError
-from ..model import Policy, effective_defines, effective_refs
+from ..model import EvictOrder, Policy, effective_defines, effective_refs
 from ..prune import prune
 from ..sql import db
 from ..store import PruneStore
@@ -122,15 +122,19 @@ class BudgetRow:
     cost: float
     cost_everything: float
     over_budget_turns: int = 0  # turns whose prompt was over the budget (what may not be evicted exceeded it)
+    evict: str = "oldest"
+    comebacks: int = 0  # steps that brought an evicted message back (`Stats.comebacks`)
 
 
-def budget_run(turns: int, budget: int = 32000, clear_at_least: int = 16000, workload: str = "agent") -> BudgetRow:
+def budget_run(
+    turns: int, budget: int = 32000, clear_at_least: int = 16000, workload: str = "agent", evict: EvictOrder = "oldest"
+) -> BudgetRow:
     """Play the workload turn by turn on a store in memory with a budget; price its prompts and sending everything."""
     generated = generate(workload, turns)
     prompts, everything, history = [], [], []
     definer: dict[str, str] = {}
     facts = kept = 0
-    policy = Policy(budget=budget, clear_at_least=clear_at_least)
+    policy = Policy(budget=budget, clear_at_least=clear_at_least, evict=evict)
     with PruneStore("sqlite://", policy=policy) as store:
         for messages in generated.by_turn():
             store.append("budget", messages)
@@ -144,9 +148,22 @@ def budget_run(turns: int, budget: int = 32000, clear_at_least: int = 16000, wor
                 facts += len(needed)
                 kept += len(needed & shown)
                 definer.update((key, m.id) for key in effective_defines(m))
-        events = store.stats("budget").events
+        stats = store.stats("budget")
     ours, theirs = prompt_costs(prompts), prompt_costs(everything)
     over = sum(sum(tokens for _, tokens in prompt) > budget for prompt in prompts)
     return BudgetRow(
-        workload, turns, budget, clear_at_least, ours.peak, ours.mean, events, facts, kept, ours.cost, theirs.cost, over
+        workload,
+        turns,
+        budget,
+        clear_at_least,
+        ours.peak,
+        ours.mean,
+        stats.events,
+        facts,
+        kept,
+        ours.cost,
+        theirs.cost,
+        over,
+        evict,
+        stats.comebacks or 0,
     )
