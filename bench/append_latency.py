@@ -201,12 +201,14 @@ def main() -> int:
             for store in stores.values():
                 store.close()
     print()
-    print(f"{'backend, policy':<38} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8} {'insert p50':>11} {'/ insert':>9}")
+    width = max(len(name) for name in results)
+    head = "backend, policy"
+    print(f"{head:<{width}} {'messages':>9} {'p50 ms':>8} {'p99 ms':>8} {'insert p50':>11} {'/ insert':>9}")
     for name, rows in results.items():
         for size, p50, p99 in rows:
             floor = floors[name]
-            print(f"{name:<38} {size:>9,} {p50:>8.3f} {p99:>8.3f} {floor:>11.3f} {p50 / floor:>8.2f}x")
-        print(f"{name:<38} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
+            print(f"{name:<{width}} {size:>9,} {p50:>8.3f} {p99:>8.3f} {floor:>11.3f} {p50 / floor:>8.2f}x")
+        print(f"{name:<{width}} ratio p50({sizes[-1]:,}) / p50({sizes[0]:,}) = {rows[-1][1] / rows[0][1]:.2f}")
     return 0
 
 
