@@ -25,6 +25,7 @@ from .errors import (
 )
 from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
+from .prices import Prices
 from .prune import PruneResult, prune
 from .results import (
     Cause,
@@ -42,6 +43,7 @@ from .results import (
 )
 from .store import PruneStore
 from .text import count_tokens, normalize
+from .whatif import WhatIf
 
 __version__ = "0.1.0"
 
@@ -73,6 +75,8 @@ __all__ = [
     "Entry",
     "HistoryPoint",
     "VerifyReport",
+    "Prices",
+    "WhatIf",
     "PruneStoreError",
     "InvalidMessageError",
     "InvalidPolicyError",

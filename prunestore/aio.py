@@ -30,12 +30,14 @@ from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Op
 from .formats import Dropped, Format, Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
+from .prices import Prices
 from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .sql import db
 from .sql.sessions import SessionState
 from .sql.settings import chosen_tokenizer
 from .store import PruneStore
 from .views import Form
+from .whatif import WhatIf
 
 __all__ = ["AsyncPruneStore"]
 
@@ -289,6 +291,9 @@ class AsyncPruneStore:
 
     async def verify(self, session: str | None = None) -> VerifyReport:
         return await self._call(PruneStore.verify, session)
+
+    async def what_if(self, session: str, policy: Policy | None = None, prices: Prices | str | None = None) -> WhatIf:
+        return await self._call(PruneStore.what_if, session, policy, prices)
 
 
 async def _in_greenlet(function: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:

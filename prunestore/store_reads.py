@@ -10,12 +10,13 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from . import catalog, queries
+from . import catalog, queries, whatif
 from .appending import Options, check_ids, check_session_name
-from .errors import InvalidArgumentError, SessionNotFoundError, no_such_message, shorten
+from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
 from .formats import Dropped, Format, Rendered, render
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
+from .prices import Prices, chosen_prices
 from .results import Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .sql import db
 from .sql.driver import Driver
@@ -259,6 +260,21 @@ class StoreReads:
                 return queries.stats(driver, None, len(self._names(driver, None)), self._refreshed(driver))
             row = self._session(driver, session)
             return queries.stats(driver, row.session_id, 1, self._refreshed(driver, row))
+
+    def what_if(self, session: str, policy: Policy | None = None, prices: Prices | str | None = None) -> whatif.WhatIf:
+        """Replay the session under `policy` (default: the store's) without writing, and price its prompts.
+
+        One prompt per turn, priced with `prices` (a `prunestore.prices.Prices`
+        or a preset's name; default Anthropic's 5-minute cache) against
+        sending everything; see docs/cost.md.
+        """
+        chosen = chosen_prices(prices)
+        if policy is not None and not isinstance(policy, Policy):
+            raise InvalidPolicyError(f"policy={shorten(policy)}: must be a Policy")
+        with db.transaction(self.engine, f"replay session {session!r}", snapshot=True) as driver:
+            current = self._refreshed(driver)
+            row = self._session(driver, session)
+            return whatif.what_if(driver, session, row, policy or current, chosen)
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state.

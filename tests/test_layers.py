@@ -26,7 +26,14 @@ MODULES = {
 FLOORS = [
     {"prunestore.errors", "prunestore.text", "prunestore.frozen"},
     {"prunestore.model"},
-    {"prunestore.prune", "prunestore.results", "prunestore.jsonl", "prunestore.formats", "prunestore.tokens"},
+    {
+        "prunestore.prune",
+        "prunestore.results",
+        "prunestore.jsonl",
+        "prunestore.formats",
+        "prunestore.tokens",
+        "prunestore.prices",
+    },
     {"prunestore.engine"},
     {"prunestore.sql"},
     {
@@ -37,6 +44,7 @@ FLOORS = [
         "prunestore.lifecycle",
         "prunestore.livecache",
         "prunestore.queries",
+        "prunestore.whatif",
     },
     {"prunestore.store_reads", "prunestore.store"},
     {"prunestore.aio", "prunestore.importer", "prunestore.showcase", "prunestore.web", "prunestore.integrations"},
@@ -175,6 +183,8 @@ PUBLIC = {
     "prunestore.prune",
     "prunestore.text",
     "prunestore.tokens",
+    "prunestore.prices",
+    "prunestore.whatif",
     "prunestore.frozen",
     "prunestore.jsonl",
     "prunestore.formats",

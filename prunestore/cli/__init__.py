@@ -5,7 +5,7 @@ tables for people, ``--json`` for machines. A `PruneStoreError` becomes one
 line on standard error and exit status 2; ``verify`` exits 1 on a mismatch.
 """
 
-from . import reading, schema, serve, showcase, writing  # noqa: F401 (importing them adds their commands to main)
+from . import cost, reading, schema, serve, showcase, writing  # noqa: F401 (importing them adds their commands to main)
 from .common import main
 
 __all__ = ["main"]

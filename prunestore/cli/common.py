@@ -147,3 +147,18 @@ def message_rows(messages: list[StoredMessage]) -> None:
 def main(ctx: click.Context, url: str | None) -> None:
     """prunestore: a persistent, incremental prompt-pruning store."""
     ctx.obj = db.resolve_url(url)
+
+
+def budget_option(text: str) -> int | None:
+    """The value of ``--budget``: a whole number of tokens, at least 1, or 'none'."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise click.BadParameter(
+            f"{text!r}: a budget is a whole number of tokens, at least 1, or 'none'", param_hint="--budget"
+        )
+    return value

@@ -22,7 +22,7 @@ from ..jsonl import read_numbered_lines
 from ..results import Delta
 from ..sql import settings
 from ..sql.settings import tokenizer_name
-from .common import DAYS, command, confirm, counted, echo_json, main, open_store, printable
+from .common import DAYS, budget_option, command, confirm, counted, echo_json, main, open_store, printable
 
 
 @command(main)
@@ -317,7 +317,7 @@ def policy(
     """
     changes: dict[str, Any] = {}
     if budget is not None:
-        changes["budget"] = None if budget.lower() == "none" else _int_option("--budget", budget)
+        changes["budget"] = budget_option(budget)
     if clear_at_least is not None:
         changes["clear_at_least"] = clear_at_least
     for name, value in (("pinned_roles", _roles(pinned_roles)), ("dedupe_roles", _roles(dedupe_roles))):
@@ -350,15 +350,3 @@ def load_tokenizer(path: str) -> Callable[[str], int]:
         return settings.load_tokenizer(path)
     except PruneStoreError as exc:
         raise click.BadParameter(str(exc), param_hint="--tokenizer") from None
-
-
-def _int_option(name: str, text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise click.BadParameter(
-            f"{text!r}: a budget is a whole number of tokens, at least 1, or 'none'", param_hint=name
-        )
-    return value

@@ -59,6 +59,17 @@ class Maintainer:
         self._suspects: list[MsgState] = []
         self._candidates: list[MsgState] = []
         self.prompt = PromptKeeper(self, policy, prompt or PromptCounters()) if policy.gathers else None
+        self.moved: set[MsgState] | None = None  # see `watch`
+
+    def watch(self) -> set[MsgState]:
+        """From now on, collect every message whose verdict or place in the prompt may have changed.
+
+        A replay that follows the prompt step by step (`prunestore.whatif`) reads and clears it; nothing else pays.
+        """
+        self.moved = set()
+        if self.prompt is not None:
+            self.prompt.moved = self.moved
+        return self.moved
 
     # -- loading, through the identity map -------------------------------
 
@@ -119,6 +130,8 @@ class Maintainer:
         """Mark a message as changed by this append; called before the change, so the prompt sees what it was."""
         if self.prompt is not None:
             self.prompt.note(state)
+        if self.moved is not None:
+            self.moved.add(state)
         state.dirty = True
 
     def _set_base(self, state: MsgState, base: str) -> None:
@@ -243,11 +256,12 @@ class Maintainer:
         return self.adopt(stored) if stored is not None else None
 
     def append(self, state: MsgState) -> None:
-        """Apply one new message, given as a state with its effective keys filled in."""
-        if state.message is None:
-            raise ValueError("a new message state carries its Message")
-        if state.message.turn > self.current_turn:
-            self._advance_turn(state.message.turn)
+        """Apply one new message, given as a state with its effective keys filled in.
+
+        The store appends states that carry their `Message` (it writes them); a replay in memory may not.
+        """
+        if state.turn > self.current_turn:
+            self._advance_turn(state.turn)
         self.last_seq += 1
         state.seq = self.last_seq
         state.base, state.restored, state.was_in_prompt, state.dirty = KEPT, False, False, True

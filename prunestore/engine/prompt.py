@@ -89,6 +89,7 @@ class PromptKeeper:
         # Live messages in the prompt changed (or passed by a walk) in this transaction, not yet stored as such.
         self._shown: dict[int, MsgState] = {}
         self._freed: list[int] = []  # definers that just lost a counting referrer in the prompt
+        self.moved: set[MsgState] | None = None  # `Maintainer.watch`
 
     # -- bookkeeping -------------------------------------------------------
 
@@ -119,6 +120,8 @@ class PromptKeeper:
                 if delta > 0 and ks.definer is not None and ks.definer != state.seq:
                     self._freed.append(ks.definer)  # it may be evictable now: `_evict` looks again
         state.dirty = True
+        if self.moved is not None:
+            self.moved.add(state)
         for members, member in ((self._pending, shown and not surviving), (self._shown, shown and surviving)):
             if member:
                 members[state.seq] = state

@@ -138,6 +138,7 @@ AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
+STATES_IN_ORDER = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
 # The prompt's live messages in order: below the session's cursor the held ones (a partial
@@ -266,7 +267,8 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
 
 def session_row(row) -> tuple[SessionRow, str]:
     """A row selected with the session's columns (`SELECT_SESSION` and the locks): the row, and its name."""
-    return SessionRow(*row[: SESSION_WIDTH - 1]), row[SESSION_WIDTH - 1]
+    sid, turn, last_seq, stamp, *prompt, tokens, live, generation, name = row[:SESSION_WIDTH]
+    return SessionRow(sid, turn, last_seq, stamp, PromptCounters(*prompt), Totals(tokens, live), generation), name
 
 
 def joined_message(row, postgres: bool) -> StoredMessage | None:
@@ -401,14 +403,8 @@ class SessionRow:
         current_turn: int,
         last_seq: int,
         stamp: int | None,
-        prompt_tokens: int = 0,
-        pending_tokens: int = 0,
-        events: int = 0,
-        prompt_cursor: int = 0,
-        comebacks: int | None = 0,
-        late_joins: int | None = 0,
-        tokens: int = 0,
-        live_tokens: int = 0,
+        prompt: PromptCounters | None = None,
+        totals: Totals | None = None,
         generation: int = 0,
     ) -> None:
         self.session_id = session_id
@@ -416,8 +412,8 @@ class SessionRow:
         self.current_turn = current_turn
         self.last_seq = last_seq
         self.stamp = stamp
-        self.prompt = PromptCounters(prompt_tokens, pending_tokens, events, prompt_cursor, comebacks, late_joins)
-        self.totals = Totals(tokens, live_tokens)
+        self.prompt = prompt or PromptCounters()
+        self.totals = totals or Totals()
 
 
 class Totals(NamedTuple):

@@ -1,0 +1,122 @@
+"""``prunestore cost``: what the stored sessions' prompts cost under the store's policy and under another."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from typing import Any
+
+import click
+
+from ..model import Policy
+from ..prices import PRICES, Prices
+from ..whatif import WhatIf
+from .common import budget_option, command, counted, echo_json, main, open_store, printable, table
+
+SAMPLE = 5  # changed messages named per policy
+
+
+def _prices(text: str | None) -> Prices | str | None:
+    """A preset's name, or READ,WRITE[,FRESH] prices."""
+    if text is None or text in PRICES:
+        return text
+    try:
+        return Prices(*(float(part) for part in text.split(",")))
+    except (TypeError, ValueError):
+        raise click.BadParameter(
+            f"{text!r}: one of {', '.join(PRICES)}, or READ,WRITE[,FRESH] per token", param_hint="--prices"
+        ) from None
+
+
+def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
+    turns = sum(r.turns for r in replays)
+    cost = sum(r.cost for r in replays)
+    everything = sum(r.cost_everything for r in replays)
+    return {
+        "policy": json.loads(policy.to_json()),
+        "sessions": len(replays),
+        "messages": sum(r.messages for r in replays),
+        "turns": turns,
+        "cost": cost,
+        "cost_everything": everything,
+        "saving": everything / cost if cost else 1.0,
+        "breaks": sum(r.breaks for r in replays),
+        "events": sum(r.events for r in replays),
+        "comebacks": sum(r.comebacks for r in replays),
+        "late_joins": sum(r.late_joins for r in replays),
+        "peak": max((r.peak for r in replays), default=0),
+        "mean": sum(r.mean * r.turns for r in replays) / turns if turns else 0.0,
+        "changed": sum(r.changed for r in replays),
+        "changed_sample": [[r.session, i] for r in replays for i in r.changed_ids][:SAMPLE],
+    }
+
+
+@command(main)
+@click.argument("sessions", nargs=-1)
+@click.option("--budget", help="The other policy's budget ('none': no budget).")
+@click.option("--clear-at-least", type=int, help="The other policy's clear_at_least.")
+@click.option("--evict", type=click.Choice(["oldest", "definers_last"]), help="The other policy's eviction order.")
+@click.option("--restore", type=click.Choice(["transitive", "direct"]), help="The other policy's restore mode.")
+@click.option(
+    "--prices",
+    metavar="NAME|READ,WRITE[,FRESH]",
+    help=f"Prices per input token against a fresh one: {', '.join(PRICES)} (default anthropic-5m), or numbers.",
+)
+def cost(
+    ctx: click.Context,
+    sessions: tuple[str, ...],
+    budget: str | None,
+    clear_at_least: int | None,
+    evict: str | None,
+    restore: str | None,
+    prices: str | None,
+    as_json: bool,
+) -> None:
+    """Replay SESSIONS (default: all) without writing: their prompts' cost, turn by turn, against sending everything.
+
+    Under the store's policy, and with any option under the store's policy so changed: the cost, the cache
+    breaks by cause, the prompt's peak and mean, and the messages whose verdict would change.
+    """
+    chosen = _prices(prices)
+    changes: dict[str, Any] = {}
+    if budget is not None:
+        changes["budget"] = budget_option(budget)
+    for name, value in (("clear_at_least", clear_at_least), ("evict", evict), ("restore", restore)):
+        if value is not None:
+            changes[name] = value
+    with open_store(ctx, reading=True) as store:
+        policies = [store.policy]
+        if changes:
+            policies.append(replace(store.policy, **changes))
+        names = list(sessions) or store.sessions()
+        totals = [_total(p, [store.what_if(n, p, chosen) for n in names]) for p in policies]
+    if as_json:
+        echo_json(totals)
+        return
+    labels = ["the store's policy", "the other policy"]
+    rows = [
+        (
+            label,
+            f"{t['cost']:,.0f}",
+            f"{t['cost_everything']:,.0f}",
+            f"{t['saving']:.2f}x",
+            f"{t['breaks']:,}",
+            f"{t['events']:,} / {t['comebacks']:,} / {t['late_joins']:,}",
+            f"{t['peak']:,}",
+            f"{t['mean']:,.0f}",
+            f"{t['changed']:,}",
+        )
+        for label, t in zip(labels, totals, strict=False)
+    ]
+    head = ["policy", "cost", "everything", "everything / cost", "breaks", "events / comebacks / late joins"]
+    table([*head, "peak", "mean", "changed"], rows)
+    first = totals[0]
+    click.echo(
+        f"\n{counted(first['sessions'], 'session')}, {counted(first['messages'], 'message')}, "
+        f"{counted(first['turns'], 'turn')} priced, one prompt a turn"
+    )
+    for label, t in zip(labels, totals, strict=False):
+        click.echo(f"{label}: {json.dumps(t['policy'], sort_keys=True)}")
+        if t["changed_sample"]:
+            sample = ", ".join(f"{session}/{message}" for session, message in t["changed_sample"])
+            click.echo(printable(f"  verdicts that would change, for example: {sample}"))

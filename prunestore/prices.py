@@ -1,0 +1,103 @@
+"""What a conversation's prompts cost when the provider caches prompt prefixes (docs/cost.md).
+
+A price is per input token, relative to a fresh (uncached) token: `read`
+for a token read from the cache, `write` for one written to it. A turn's
+cached part is the longest common prefix of its prompt with the previous
+turn's prompt; the rest is written to the cache, since the prompt is cached
+up to its end every turn. A prompt is a list of (key, tokens) per message:
+two prompts share a prefix up to the first message whose key differs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError, shorten
+
+__all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices"]
+
+
+@dataclass(frozen=True)
+class Prices:
+    """Per input token, relative to a fresh one: read from the cache, written to it, and fresh (no cache at all)."""
+
+    read: float = 0.1
+    write: float = 1.25
+    fresh: float = 1.0
+
+    def __post_init__(self) -> None:
+        for name in ("read", "write", "fresh"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise InvalidArgumentError(f"{name}={shorten(value)}: must be a price of at least 0")
+
+
+PRICES = {
+    # Anthropic: a cache write costs 1.25 (5-minute cache) or 2 (1-hour cache) input tokens, a read 0.1.
+    "anthropic-5m": Prices(read=0.1, write=1.25),
+    "anthropic-1h": Prices(read=0.1, write=2.0),
+    # OpenAI: no write premium; the GPT-5 family reads cached input at a tenth (older models at 0.25 or 0.5).
+    "openai": Prices(read=0.1, write=1.0),
+}
+
+
+def chosen_prices(prices: Prices | str | None) -> Prices:
+    """A `Prices`, a preset's name, or None (Anthropic's 5-minute cache, the default)."""
+    if prices is None:
+        return PRICES["anthropic-5m"]
+    if isinstance(prices, Prices):
+        return prices
+    if isinstance(prices, str) and prices in PRICES:
+        return PRICES[prices]
+    raise InvalidArgumentError(f"prices={shorten(prices)}: must be a Prices or one of {', '.join(PRICES)}")
+
+
+@dataclass(frozen=True)
+class PromptCosts:
+    """Summed over the turns: the cost with the cache, without it, and the prompt's size."""
+
+    turns: int
+    cost: float
+    uncached: float
+    peak: int
+    mean: float
+    breaks: int  # turns whose prompt does not begin with the whole previous prompt
+
+
+def _common_prefix(a: list, b: list) -> int:
+    """Length of the longest common prefix of two lists (list comparison runs in C)."""
+    if b[: len(a)] == a:
+        return len(a)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def prompt_costs(prompts: Iterable[Sequence[tuple[Hashable, int]]], prices: Prices | None = None) -> PromptCosts:
+    """The costs of sending each prompt in turn."""
+    chosen = prices or PRICES["anthropic-5m"]
+    read, write, fresh = chosen.read, chosen.write, chosen.fresh
+    turns = breaks = peak = 0
+    cost = uncached = total = 0.0
+    previous: list[Hashable] = []
+    for prompt in prompts:
+        keys = [key for key, _ in prompt]
+        sizes = [tokens for _, tokens in prompt]
+        size = sum(sizes)
+        shared = _common_prefix(previous, keys)
+        breaks += shared < len(previous)
+        cached = sum(sizes[:shared])
+        cost += read * cached + write * (size - cached)
+        uncached += fresh * size
+        total += size
+        peak = max(peak, size)
+        turns += 1
+        previous = keys
+    return PromptCosts(turns, cost, uncached, peak, total / turns if turns else 0.0, breaks)

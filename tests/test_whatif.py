@@ -1,0 +1,125 @@
+"""`what_if` and `prunestore cost`: a stored session replayed under a policy, priced turn by turn.
+
+The expectation is computed independently: for each turn, `prune` over the
+messages so far gives the prompt the policy would send, and
+`prices.prompt_costs` prices the prompts one after another.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from itertools import groupby
+
+import pytest
+from helpers import sessions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prunestore import InvalidArgumentError, InvalidPolicyError, Message, Policy, Prices, prune
+from prunestore.errors import SessionNotFoundError
+from prunestore.prices import PRICES, prompt_costs
+
+BOTH_APIS = True
+
+_names = itertools.count()
+
+CANDIDATES = [
+    Policy(),
+    Policy(restore="direct"),
+    Policy(budget=11, clear_at_least=3),
+    Policy(budget=11, clear_at_least=3, evict="definers_last"),
+    Policy(budget=9, restore="direct", evict="definers_last"),
+    Policy(clear_at_least=5),
+]
+
+
+def expected(messages: list[Message], policy: Policy, prices: Prices, tokens: dict[str, int]):
+    """(cost, cost of sending everything, breaks, peak, prune's result over all) by `prune` per turn."""
+    prompts, everything, so_far = [], [], list[Message]()
+    for _, turn in groupby(messages, key=lambda m: m.turn):
+        so_far.extend(turn)
+        live = prune(so_far, policy=policy).live
+        prompts.append([(m.id, tokens[m.id]) for m in live])
+        everything.append([(m.id, tokens[m.id]) for m in so_far])
+    ours, theirs = prompt_costs(prompts, prices), prompt_costs(everything, prices)
+    return ours, theirs, prune(messages, policy=policy)
+
+
+@pytest.mark.parametrize("stored_under", [Policy(), Policy(budget=11, clear_at_least=3)], ids=["plain", "budget"])
+@settings(max_examples=25)
+@given(data=st.data())
+def test_what_if_prices_the_prompts_prune_gives_turn_by_turn(open_store, stored_under, data):
+    store = open_store(stored_under)
+    ms = data.draw(sessions(min_size=1, max_size=20))
+    policy = data.draw(st.sampled_from(CANDIDATES))
+    prices = data.draw(st.sampled_from([Prices(), *PRICES.values(), Prices(read=0.5, write=1.0, fresh=2.0)]))
+    session = f"w{next(_names)}"
+    for _, turn in groupby(ms, key=lambda m: m.turn):
+        store.append(session, list(turn))
+    stored = {m.id: m for m in store.messages(session)}
+    tokens = {i: m.tokens for i, m in stored.items()}
+
+    replay = store.what_if(session, policy, prices)
+    ours, theirs, result = expected(ms, policy, prices, tokens)
+    assert replay.turns == ours.turns and replay.messages == len(ms)
+    assert replay.cost == pytest.approx(ours.cost) and replay.cost_everything == pytest.approx(theirs.cost)
+    assert (replay.breaks, replay.peak) == (ours.breaks, ours.peak)
+    assert replay.mean == pytest.approx(ours.mean)
+    assert (replay.events, replay.comebacks, replay.late_joins) == (result.events, result.comebacks, result.late_joins)
+    changed = [i for i, m in stored.items() if m.verdict != result.verdicts[i]]
+    assert replay.changed == len(changed) and list(replay.changed_ids) == changed[:10]
+    # Under the store's own policy nothing would change, and the counts are the store's.
+    same = store.what_if(session)
+    stats = store.stats(session)
+    assert same.changed == 0 and same.policy == stored_under
+    assert (same.events, same.comebacks, same.late_joins) == (stats.events, stats.comebacks, stats.late_joins)
+
+
+def test_what_if_writes_nothing_and_refuses_bad_arguments(open_store):
+    store = open_store(Policy(budget=30, clear_at_least=10))
+    for t in range(1, 12):
+        store.append(
+            "s", [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "x " * 9, t)]
+        )
+    before = [(m.id, m.verdict) for m in store.messages("s")]
+    replay = store.what_if("s", Policy(), prices="anthropic-1h")
+    assert replay.changed > 0 and replay.prices == PRICES["anthropic-1h"]
+    assert [(m.id, m.verdict) for m in store.messages("s")] == before and store.verify().ok
+    with pytest.raises(InvalidArgumentError, match="prices='cheap'"):
+        store.what_if("s", prices="cheap")
+    with pytest.raises(InvalidPolicyError, match="policy='none'"):
+        store.what_if("s", "none")
+    with pytest.raises(SessionNotFoundError, match="session='nope'"):
+        store.what_if("nope")
+    with pytest.raises(InvalidArgumentError, match="read=-1"):
+        Prices(read=-1)
+
+
+def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
+    from click.testing import CliRunner
+
+    from prunestore import PruneStore
+    from prunestore.cli import main
+
+    def cli(*args, code=0):
+        result = CliRunner().invoke(main, ["--db", store_url, *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result.output
+
+    with PruneStore(store_url, policy=Policy(budget=60, clear_at_least=20)) as store:
+        for t in range(1, 30):
+            batch = [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "x " * 9, t)]
+            if t > 6 and t % 3 == 0:
+                batch.append(Message(f"r{t}", "user", f"as said REF:k{t - 6}", t))
+            store.append("s", batch)
+        other = Policy(budget=60, clear_at_least=20, evict="definers_last")
+        mine, theirs = store.what_if("s"), store.what_if("s", other, Prices(read=0.1, write=2.0))
+    shown = json.loads(cli("cost", "s", "--evict", "definers_last", "--prices", "0.1,2", "--json"))
+    assert [row["policy"]["evict"] for row in shown] == ["oldest", "definers_last"]
+    assert shown[1]["cost"] == pytest.approx(theirs.cost) and shown[1]["comebacks"] == theirs.comebacks
+    assert shown[1]["changed"] == theirs.changed and shown[0]["changed"] == 0
+    assert json.loads(cli("cost", "--json"))[0]["cost"] == pytest.approx(mine.cost)  # every session by default
+    text = cli("cost", "s", "--budget", "none")
+    assert "the store's policy" in text and "the other policy" in text and "turns priced" in text
+    assert "anthropic-5m" in cli("cost", "--prices", "free", code=2)
