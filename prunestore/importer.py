@@ -99,6 +99,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
         content_hash,
         KEPT,
         False,
+        turn=message.turn,
         message=message,
         tokens=tokens,
         metadata_json=metadata_json,

@@ -24,6 +24,7 @@ from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
 from .sql.sessions import find_session
 from .sql.settings import Settings, recorded_policies
 from .views import Form
+from .whatif import WhatIf
 
 if TYPE_CHECKING:
     from sqlalchemy.engine import Engine
@@ -261,7 +262,7 @@ class StoreReads:
             row = self._session(driver, session)
             return queries.stats(driver, row.session_id, 1, self._refreshed(driver, row))
 
-    def what_if(self, session: str, policy: Policy | None = None, prices: Prices | str | None = None) -> whatif.WhatIf:
+    def what_if(self, session: str, policy: Policy | None = None, prices: Prices | str | None = None) -> WhatIf:
         """Replay the session under `policy` (default: the store's) without writing, and price its prompts.
 
         One prompt per turn, priced with `prices` (a `prunestore.prices.Prices`
