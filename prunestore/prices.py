@@ -21,7 +21,10 @@ __all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices"]
 
 @dataclass(frozen=True)
 class Prices:
-    """Per input token, relative to a fresh one: read from the cache, written to it, and fresh (no cache at all)."""
+    """Per input token, relative to a fresh one: read from the cache, written to it, and fresh (no cache at all).
+
+    The defaults are Anthropic's 5-minute cache.
+    """
 
     read: float = 0.1
     write: float = 1.25
@@ -36,7 +39,7 @@ class Prices:
 
 PRICES = {
     # Anthropic: a cache write costs 1.25 (5-minute cache) or 2 (1-hour cache) input tokens, a read 0.1.
-    "anthropic-5m": Prices(read=0.1, write=1.25),
+    "anthropic-5m": Prices(),
     "anthropic-1h": Prices(read=0.1, write=2.0),
     # OpenAI: no write premium; the GPT-5 family reads cached input at a tenth (older models at 0.25 or 0.5).
     "openai": Prices(read=0.1, write=1.0),
@@ -82,7 +85,7 @@ def _common_prefix(a: list, b: list) -> int:
 
 def prompt_costs(prompts: Iterable[Sequence[tuple[Hashable, int]]], prices: Prices | None = None) -> PromptCosts:
     """The costs of sending each prompt in turn."""
-    chosen = prices or PRICES["anthropic-5m"]
+    chosen = chosen_prices(prices)
     read, write, fresh = chosen.read, chosen.write, chosen.fresh
     turns = breaks = peak = 0
     cost = uncached = total = 0.0

@@ -149,7 +149,15 @@ def main(ctx: click.Context, url: str | None) -> None:
     ctx.obj = db.resolve_url(url)
 
 
-def budget_option(text: str) -> int | None:
+def policy_changes(budget: str | None, **fields: Any) -> dict[str, Any]:
+    """The `Policy` fields the command's options give (None: not given), ``--budget`` parsed."""
+    changes = {name: value for name, value in fields.items() if value is not None}
+    if budget is not None:
+        changes["budget"] = _budget(budget)
+    return changes
+
+
+def _budget(text: str) -> int | None:
     """The value of ``--budget``: a whole number of tokens, at least 1, or 'none'."""
     if text.lower() == "none":
         return None

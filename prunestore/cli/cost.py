@@ -8,10 +8,10 @@ from typing import Any
 
 import click
 
-from ..model import Policy
+from ..model import EVICT_ORDERS, RESTORE_MODES, Policy
 from ..prices import PRICES, Prices
 from ..whatif import WhatIf
-from .common import budget_option, command, counted, echo_json, main, open_store, printable, table
+from .common import command, counted, echo_json, main, open_store, policy_changes, printable, table
 
 SAMPLE = 5  # changed messages named per policy
 
@@ -55,8 +55,8 @@ def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
 @click.argument("sessions", nargs=-1)
 @click.option("--budget", help="The other policy's budget ('none': no budget).")
 @click.option("--clear-at-least", type=int, help="The other policy's clear_at_least.")
-@click.option("--evict", type=click.Choice(["oldest", "definers_last"]), help="The other policy's eviction order.")
-@click.option("--restore", type=click.Choice(["transitive", "direct"]), help="The other policy's restore mode.")
+@click.option("--evict", type=click.Choice(EVICT_ORDERS), help="The other policy's eviction order.")
+@click.option("--restore", type=click.Choice(RESTORE_MODES), help="The other policy's restore mode.")
 @click.option(
     "--prices",
     metavar="NAME|READ,WRITE[,FRESH]",
@@ -78,12 +78,7 @@ def cost(
     breaks by cause, the prompt's peak and mean, and the messages whose verdict would change.
     """
     chosen = _prices(prices)
-    changes: dict[str, Any] = {}
-    if budget is not None:
-        changes["budget"] = budget_option(budget)
-    for name, value in (("clear_at_least", clear_at_least), ("evict", evict), ("restore", restore)):
-        if value is not None:
-            changes[name] = value
+    changes = policy_changes(budget, clear_at_least=clear_at_least, evict=evict, restore=restore)
     with open_store(ctx, reading=True) as store:
         policies = [store.policy]
         if changes:

@@ -19,10 +19,11 @@ from ..errors import DuplicateMessageError, InvalidMessageError, PruneStoreError
 from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_numbered_lines
+from ..model import EVICT_ORDERS, RESTORE_MODES
 from ..results import Delta
 from ..sql import settings
 from ..sql.settings import tokenizer_name
-from .common import DAYS, budget_option, command, confirm, counted, echo_json, main, open_store, printable
+from .common import DAYS, command, confirm, counted, echo_json, main, open_store, policy_changes, printable
 
 
 @command(main)
@@ -285,10 +286,10 @@ def _roles(text: str | None) -> frozenset[str] | None:
 @click.option("--budget", help="Tokens the prompt may hold ('none': no budget).")
 @click.option("--clear-at-least", type=int, help="Tokens of removals gathered before an event.")
 @click.option("--pinned-roles", help="Comma-separated roles the budget never evicts.")
-@click.option("--restore", type=click.Choice(["transitive", "direct"]), help="How restoration follows references.")
+@click.option("--restore", type=click.Choice(RESTORE_MODES), help="How restoration follows references.")
 @click.option(
     "--evict",
-    type=click.Choice(["oldest", "definers_last"]),
+    type=click.Choice(EVICT_ORDERS),
     help="What the budget evicts first: the oldest messages, or the oldest that define no key in use.",
 )
 @click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
@@ -315,18 +316,14 @@ def policy(
 
     Stores open elsewhere (other processes, `prunestore serve`) take the change up on their next read or write.
     """
-    changes: dict[str, Any] = {}
-    if budget is not None:
-        changes["budget"] = budget_option(budget)
-    if clear_at_least is not None:
-        changes["clear_at_least"] = clear_at_least
-    for name, value in (("pinned_roles", _roles(pinned_roles)), ("dedupe_roles", _roles(dedupe_roles))):
-        if value is not None:
-            changes[name] = value
-    if restore is not None:
-        changes["restore"] = restore
-    if evict is not None:
-        changes["evict"] = evict
+    changes = policy_changes(
+        budget,
+        clear_at_least=clear_at_least,
+        pinned_roles=_roles(pinned_roles),
+        dedupe_roles=_roles(dedupe_roles),
+        restore=restore,
+        evict=evict,
+    )
     counter = None if tokenizer is None else load_tokenizer(tokenizer)
     with open_store(ctx, reading=not changes and counter is None) as store:
         chosen = store.policy

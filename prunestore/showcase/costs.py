@@ -9,8 +9,8 @@ message's content does (a cleared tool result, say).
 
 from __future__ import annotations
 
-from ..prices import PromptCosts, prompt_costs
+from ..prices import Prices, PromptCosts, prompt_costs
 
 __all__ = ["READ", "WRITE", "FRESH", "PromptCosts", "prompt_costs"]
 
-READ, WRITE, FRESH = 0.1, 1.25, 1.0
+READ, WRITE, FRESH = Prices().read, Prices().write, Prices().fresh
