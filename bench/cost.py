@@ -1,7 +1,7 @@
 """What sending the prompt every turn costs when the provider caches prompt prefixes, per strategy.
 
 Each workload (`prunestore.showcase.workloads`: the tool agent, the fact-heavy agent and
-the chat) is played
+the chat; a name with ``+idle`` is that workload with times, see below) is played
 turn by turn. After each turn every strategy gives the prompt it would send;
 the turn's cost under the price model below is summed over the conversation.
 
@@ -9,7 +9,9 @@ Price model (`prunestore.showcase.costs`), per input token: read from the cache 
 written to the cache 1.25, fresh (no cache at all) 1.0. A turn's cached part
 is the longest common prefix of its prompt with the previous turn's prompt;
 the rest is written to the cache (the prompt is cached up to its end every
-turn). The "no cache" column prices every prompt token at 1.0. A message's tokens are those of its
+turn), or all of it when the turn comes more than 5 minutes after the one before
+(the cache has expired; only ``+idle`` workloads have times). The "no cache"
+column prices every prompt token at 1.0. A message's tokens are those of its
 OpenAI Chat Completions form (`prunestore.render`, as JSON), counted by the
 store's tokenizer; a prompt is the concatenation of its messages, so two
 prompts share a prefix up to the first message that differs.
@@ -28,7 +30,13 @@ Strategies:
   placeholder, provided that clears at least C tokens; the client resends the
   whole history, so the rule is applied to it afresh every turn;
 * the last messages within B tokens (LangChain ``trim_messages``,
-  strategy="last", include_system=True, start_on="human").
+  strategy="last", include_system=True, start_on="human");
+* on ``+idle`` workloads, the definers-last budget with ``cache_ttl=300``: a turn
+  after a gap longer than the cache keeps a prompt clears what is pending.
+
+A ``+idle`` workload gives each turn a time: 20 to 90 seconds after the one
+before, and one turn in 30 (seeded) after a 15-minute pause, when the
+provider's 5-minute cache has expired.
 
 Breaks (turns whose prompt does not begin with the previous one) are counted by
 cause: an event (a message left the prompt), a comeback (a message that was in an
@@ -36,7 +44,7 @@ earlier prompt came back before the end), a new entry (a message joined before t
 end for the first time: a restored definer the passes had dropped, a new surviving
 copy of a passage).
 
-    python bench/cost.py [--turns 200,1000,2000] [--workloads agent,facts,chat]
+    python bench/cost.py [--turns 200,1000,2000] [--workloads agent,facts,chat,agent+idle,facts+idle]
         [--budget 32000] [--clear 16000] [--plot cost.png] [--json]
 """
 
@@ -46,19 +54,20 @@ import argparse
 import itertools
 import json
 import platform
+import random
 import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass
-from datetime import date
+from dataclasses import asdict, dataclass, replace
+from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 
 from prunestore import Message, Policy, PruneStore
 from prunestore.formats import render
 from prunestore.model import StoredMessage, effective_defines, effective_refs
 from prunestore.showcase.costs import prompt_costs
-from prunestore.showcase.workloads import generate
+from prunestore.showcase.workloads import GeneratedSession, generate
 from prunestore.text import count_tokens
 
 KEEP_TOOL_RESULTS = 3
@@ -152,18 +161,33 @@ def trim_last(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: 
         yield [(m.id, False) for m in system + window]
 
 
+IDLE_START = datetime(2026, 1, 5, 9, 0, tzinfo=timezone.utc)
+
+
+def with_times(session: GeneratedSession) -> GeneratedSession:
+    """The session with a time on every message: turns 20 to 90 s apart, one in 30 after a 15-minute pause."""
+    rng = random.Random(f"idle:{session.workload.name}:{session.turns}:{session.seed}")
+    at, timed = IDLE_START, []
+    for batch in session.by_turn():
+        at += timedelta(seconds=900 if rng.random() < 1 / 30 else rng.randint(20, 90))
+        timed.extend(replace(m, at=at) for m in batch)
+    return replace(session, messages=tuple(timed))
+
+
 def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt], tokens: dict, session) -> Row:
     """Price the prompts and count the facts each turn's prompt keeps."""
     placeholder = rendered_tokens(Message("p", "tool_output", PLACEHOLDER, 0))
     definer: dict[str, str] = {}
     facts = kept = 0
     priced: list[list[tuple[tuple[str, bool], int]]] = []
+    times = []  # when each turn's prompt is sent: after its last message
     previous: Prompt = []
     seen: set[tuple[str, bool]] = set()
     events = comebacks = 0
     started = time.perf_counter()
     for batch, prompt in zip(session.by_turn(), prompts, strict=True):
         priced.append([((i, cleared), placeholder if cleared else tokens[i]) for i, cleared in prompt])
+        times.append(batch[-1].at)
         if prompt[: len(previous)] != previous:
             if set(previous) - set(prompt):
                 events += 1
@@ -179,7 +203,7 @@ def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt],
                 kept += len(needed & present)
             for key in effective_defines(m):
                 definer[key] = m.id
-    costs = prompt_costs(priced)
+    costs = prompt_costs(priced, times=times)
     seconds = time.perf_counter() - started
     return Row(
         workload,
@@ -213,12 +237,17 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
         (f"clear tool uses (trigger {budget}, keep {KEEP_TOOL_RESULTS}, >= {clear})", clear_tool_uses),
         (f"last messages within {budget}", trim_last),
     ]
+    ttl = (
+        f"prunestore, budget {budget}, events >= {clear}, definers last, cache_ttl 300",
+        prunestore_with(Policy(budget=budget, clear_at_least=clear, evict="definers_last", cache_ttl=300)),
+    )
     rows = []
     for workload, turns in itertools.product(workloads, sizes):
-        session = generate(workload, turns)
+        base, idle = workload.removesuffix("+idle"), workload.endswith("+idle")
+        session = with_times(generate(base, turns)) if idle else generate(base, turns)
         tokens = {m.id: rendered_tokens(m) for m in session.messages}
         by_turn = list(session.by_turn())
-        for name, strategy in strategies:
+        for name, strategy in [*strategies, ttl] if idle else strategies:
             prompts = strategy(by_turn, tokens, budget, clear)
             rows.append(measure(workload, turns, name, prompts, tokens, session))
             print(f"  {workload} {turns}: {name} done", file=sys.stderr)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from datetime import datetime, timezone
 
 from .engine.first import FirstAppend
 from .engine.maintainer import Maintainer
@@ -25,6 +26,7 @@ from .model import (
     Policy,
     check_identifier,
     check_key_count,
+    micros,
     storable_text_problem,
 )
 from .results import Delta
@@ -77,13 +79,33 @@ def check_ids(ids: object) -> list[str]:
     return list(dict.fromkeys(wanted))
 
 
-def differing_fields(a: Message, b: Message) -> list[str]:
-    """The fields in which two appends of a message differ (a stored one's tokens only if they were given)."""
+def differing_fields(earlier: Message, retry: Message) -> list[str]:
+    """The fields in which a retry of a message differs from its earlier append.
+
+    A stored message's tokens count only if they were given; its time only if the retry gives one (the
+    store may have recorded the append's time, `stamp_times`).
+    """
     return [
         name
         for name in MESSAGE_FIELDS
-        if (a.given_tokens() != b.given_tokens() if name == "tokens" else getattr(a, name) != getattr(b, name))
+        if (
+            earlier.given_tokens() != retry.given_tokens()
+            if name == "tokens"
+            else retry.at is not None and earlier.at != retry.at
+            if name == "at"
+            else getattr(earlier, name) != getattr(retry, name)
+        )
     ]
+
+
+def stamp_times(states: list[MsgState], policy: Policy) -> None:
+    """Under a `cache_ttl`, a message that brings no time (`Message.at`) is stored with the append's."""
+    if policy.cache_ttl is None:
+        return
+    now = micros(datetime.now(timezone.utc))
+    for state in states:
+        if state.at is None:
+            state.at = now
 
 
 @dataclass(frozen=True)
@@ -202,6 +224,7 @@ def append_locked(
         fresh.append(state)
     if not fresh:
         return Delta()
+    stamp_times(fresh, policy)
     maintainer: Maintainer | FirstAppend
     prompt_before = row.prompt.copy() if policy.gathers else None
     if row.last_seq == 0 and not policy.gathers:

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from .engine.first import index_rows
 from .engine.maintainer import Maintainer
 from .engine.prompt import PromptCounters
-from .engine.state import KeyState, MsgState, NoRows, new_state
+from .engine.state import KeyState, MsgState, NoRows, Totals, new_state
 from .model import Policy, StoredMessage
 from .prune import prune
 from .results import Mismatch
-from .sql.rows import Totals
 
 
 @dataclass

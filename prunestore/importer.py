@@ -30,7 +30,7 @@ from .appending import Options, check_session_name
 from .engine.state import MsgState, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
 from .jsonl import parse_line
-from .model import KEPT, Message, unchecked
+from .model import KEPT, Message, micros, unchecked
 from .sql import db
 from .store import PruneStore
 
@@ -103,6 +103,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
         message=message,
         tokens=tokens,
         metadata_json=metadata_json,
+        at=None if message.at is None else micros(message.at),
     )
     return session, state
 

@@ -2,7 +2,8 @@
 
 One JSON object per line with the `Message` fields (``id``, ``role``,
 ``content``, ``turn``; optional ``tool_key``, ``expires_after_turn``,
-``defines``, ``refs``, ``metadata``) and, for ``prunestore import``, the
+``defines``, ``refs``, ``metadata``, ``tokens``, and ``at`` as an ISO 8601
+time with its offset) and, for ``prunestore import``, the
 ``session`` it belongs to. Blank lines are skipped.
 """
 
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Iterator
+from datetime import datetime
 from typing import Any
 
 from .errors import InvalidMessageError, shorten
@@ -51,6 +53,11 @@ def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | No
     for name in _LISTS.intersection(data):
         if isinstance(data[name], list):
             data[name] = tuple(data[name])
+    if isinstance(data.get("at"), str):
+        try:
+            data["at"] = datetime.fromisoformat(data["at"])
+        except ValueError:
+            raise InvalidMessageError(f"line {number}: at={shorten(data['at'])}: not an ISO 8601 time") from None
     try:
         return session, Message(**data)
     except InvalidMessageError as exc:
@@ -71,6 +78,6 @@ def to_json(message: Message, **extra: Any) -> dict[str, Any]:
         value = getattr(message, name)
         if value is None or value == ():
             continue
-        out[name] = list(value) if isinstance(value, tuple) else value
+        out[name] = list(value) if isinstance(value, tuple) else value.isoformat() if name == "at" else value
     out.update(extra)
     return out

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from .appending import Write, append_locked
 from .audit import expected_state
 from .engine.prompt import PromptCounters
-from .engine.state import new_state
+from .engine.state import Totals, new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
 from .model import LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
@@ -25,7 +25,6 @@ from .sql.rows import (
     DELETE_HOLDER,
     FULL_COLUMNS,
     SessionRow,
-    Totals,
     audited,
     hashed,
     join_keys,

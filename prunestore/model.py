@@ -10,6 +10,7 @@ import json
 from collections.abc import Iterable, Mapping, Sized
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, fields
+from datetime import datetime, timedelta, timezone
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
@@ -122,7 +123,9 @@ class Message:
 
     `tokens`, when given (say, from the provider's reported usage), is the
     message's token count: the store keeps it instead of counting, and keeps
-    it through a change of counter (docs/tokens.md).
+    it through a change of counter (docs/tokens.md). `at`, a timezone-aware
+    time, is when the message was said; a policy's `cache_ttl` reads it
+    (docs/semantics.md, "Cache expiry").
     """
 
     id: str
@@ -135,6 +138,7 @@ class Message:
     refs: tuple[str, ...] = ()
     metadata: dict[str, Any] | None = field(default=None, hash=False)
     tokens: int | None = None
+    at: datetime | None = None
 
     def __post_init__(self) -> None:
         check_identifier("id", self.id)
@@ -156,6 +160,9 @@ class Message:
                 raise _fail("tokens", self.tokens, "must be an int or None")
             if not 0 <= self.tokens <= MAX_TOKENS:
                 raise _fail("tokens", self.tokens, f"must be between 0 and {MAX_TOKENS}")
+        if self.at is not None:
+            if not isinstance(self.at, datetime) or self.at.utcoffset() is None:
+                raise _fail("at", self.at, "must be a timezone-aware datetime (datetime.now(timezone.utc)) or None")
 
     def given_tokens(self) -> int | None:
         """The token count the caller gave, or None: the store's counter counts the message."""
@@ -163,6 +170,20 @@ class Message:
 
 
 MAX_TOKENS = 2**31 - 1  # a message's tokens are stored as a 32-bit integer
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def micros(at: datetime) -> int:
+    """A message's time as stored: whole microseconds since 1970 (UTC), exactly what a datetime holds
+    (every datetime fits a 64-bit integer so)."""
+    return (at - EPOCH) // _MICROSECOND
+
+
+def from_micros(value: int) -> datetime:
+    return EPOCH + timedelta(microseconds=value)
+
 
 MAX_TURN = 2**63 - 1  # turns are stored as 64-bit integers
 
@@ -274,6 +295,7 @@ class StoredMessage(Message):
             refs=self.refs,
             metadata=self.metadata,
             tokens=self.given_tokens(),
+            at=self.at,
         )
 
 
@@ -303,8 +325,11 @@ class Policy:
     `evict` orders eviction: ``"oldest"`` first, or ``"definers_last"``: the
     oldest message that is no key's current definer first, definers only
     when none is left, so fewer facts leave and come back (a comeback
-    rewrites the cached prompt after it).
-    See docs/semantics.md, "Budget and removal events".
+    rewrites the cached prompt after it). `cache_ttl` (seconds) is how long
+    the provider keeps a cached prompt: a message said more than that after
+    the one before it (`Message.at`) finds the cache cold, so it holds an
+    event for whatever is pending, which then costs nothing extra.
+    See docs/semantics.md, "Budget and removal events" and "Cache expiry".
     """
 
     dedupe_roles: AbstractSet[str] = frozenset({"retrieved_doc"})  # stored as a frozenset
@@ -313,6 +338,7 @@ class Policy:
     clear_at_least: int = 0
     pinned_roles: AbstractSet[str] = frozenset({"system"})
     evict: EvictOrder = "oldest"
+    cache_ttl: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))
@@ -325,6 +351,14 @@ class Policy:
             raise InvalidPolicyError(f"budget={shorten(self.budget)}: must be None or an int >= 1 (tokens)")
         if not _count(self.clear_at_least, 0):
             raise InvalidPolicyError(f"clear_at_least={shorten(self.clear_at_least)}: must be an int >= 0 (tokens)")
+        if self.cache_ttl is not None:
+            if not _count(self.cache_ttl, 1):
+                raise InvalidPolicyError(f"cache_ttl={shorten(self.cache_ttl)}: must be None or an int >= 1 (seconds)")
+            if self.clear_at_least == 0:
+                raise InvalidPolicyError(
+                    f"cache_ttl={self.cache_ttl}: needs clear_at_least >= 1; without it removals never wait, "
+                    "so an idle gap has nothing to clear"
+                )
 
     @property
     def transitive(self) -> bool:
@@ -336,17 +370,17 @@ class Policy:
         return self.budget is not None or self.clear_at_least > 0
 
     def to_json(self) -> str:
-        return json.dumps(
-            {
-                "dedupe_roles": sorted(self.dedupe_roles),
-                "restore": self.restore,
-                "budget": self.budget,
-                "clear_at_least": self.clear_at_least,
-                "pinned_roles": sorted(self.pinned_roles),
-                "evict": self.evict,
-            },
-            sort_keys=True,
-        )
+        values = {
+            "dedupe_roles": sorted(self.dedupe_roles),
+            "restore": self.restore,
+            "budget": self.budget,
+            "clear_at_least": self.clear_at_least,
+            "pinned_roles": sorted(self.pinned_roles),
+            "evict": self.evict,
+        }
+        if self.cache_ttl is not None:  # written only when set: the policies stored before it read the same
+            values["cache_ttl"] = self.cache_ttl
+        return json.dumps(values, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> Policy:
@@ -358,6 +392,7 @@ class Policy:
             clear_at_least=data.get("clear_at_least", 0),
             pinned_roles=frozenset(data.get("pinned_roles", ["system"])),
             evict=data.get("evict", "oldest"),
+            cache_ttl=data.get("cache_ttl"),
         )
 
 

@@ -6,13 +6,17 @@ cached part is the longest common prefix of its prompt with the previous
 turn's prompt; the rest is written to the cache, since the prompt is cached
 up to its end every turn. A prompt is a list of (key, tokens) per message:
 two prompts share a prefix up to the first message whose key differs.
+The provider keeps a cached prompt for `Prices.ttl` seconds unused: a prompt
+sent later than that after the previous one reads nothing from the cache.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from .errors import InvalidArgumentError, shorten
 
@@ -23,26 +27,38 @@ __all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices"]
 class Prices:
     """Per input token, relative to a fresh one: read from the cache, written to it, and fresh (no cache at all).
 
-    The defaults are Anthropic's 5-minute cache.
+    `ttl` is how many seconds the provider keeps a cached prompt unused (None: for ever). The defaults are
+    Anthropic's 5-minute cache.
     """
 
     read: float = 0.1
     write: float = 1.25
     fresh: float = 1.0
+    ttl: int | None = 300
 
     def __post_init__(self) -> None:
         for name in ("read", "write", "fresh"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < math.inf:
                 raise InvalidArgumentError(f"{name}={shorten(value)}: must be a price of at least 0")
+        ttl = self.ttl
+        if ttl is not None and (isinstance(ttl, bool) or not isinstance(ttl, int) or ttl < 1):
+            raise InvalidArgumentError(f"ttl={shorten(ttl)}: must be None or a whole number of seconds, at least 1")
+
+    def expired(self, before: datetime | None, at: datetime | None) -> bool:
+        """Whether a prompt sent at `at` finds the one sent at `before` gone from the cache (False where unknown)."""
+        return (
+            self.ttl is not None and before is not None and at is not None and at - before > timedelta(seconds=self.ttl)
+        )
 
 
 PRICES = {
     # Anthropic: a cache write costs 1.25 (5-minute cache) or 2 (1-hour cache) input tokens, a read 0.1.
     "anthropic-5m": Prices(),
-    "anthropic-1h": Prices(read=0.1, write=2.0),
+    "anthropic-1h": Prices(read=0.1, write=2.0, ttl=3600),
     # OpenAI: no write premium; the GPT-5 family reads cached input at a tenth (older models at 0.25 or 0.5).
-    "openai": Prices(read=0.1, write=1.0),
+    # A cached prefix lasts 5 to 10 minutes unused (longer off-peak, a day with extended retention): 5 here.
+    "openai": Prices(read=0.1, write=1.0, ttl=300),
 }
 
 
@@ -67,6 +83,7 @@ class PromptCosts:
     peak: int
     mean: float
     breaks: int  # turns whose prompt does not begin with the whole previous prompt
+    expired: int = 0  # turns that found the previous prompt gone from the cache (`Prices.ttl`)
 
 
 def _common_prefix(a: list, b: list) -> int:
@@ -83,19 +100,28 @@ def _common_prefix(a: list, b: list) -> int:
     return lo
 
 
-def prompt_costs(prompts: Iterable[Sequence[tuple[Hashable, int]]], prices: Prices | None = None) -> PromptCosts:
-    """The costs of sending each prompt in turn."""
+def prompt_costs(
+    prompts: Iterable[Sequence[tuple[Hashable, int]]],
+    prices: Prices | None = None,
+    times: Iterable[datetime | None] | None = None,
+) -> PromptCosts:
+    """The costs of sending each prompt in turn; `times`, when given, says when each is sent (None: unknown)."""
     chosen = chosen_prices(prices)
     read, write, fresh = chosen.read, chosen.write, chosen.fresh
-    turns = breaks = peak = 0
+    turns = breaks = peak = expired = 0
     cost = uncached = total = 0.0
     previous: list[Hashable] = []
-    for prompt in prompts:
+    sent_before: datetime | None = None
+    sent_times: Iterable[datetime | None] = itertools.repeat(None) if times is None else times
+    for prompt, sent in zip(prompts, sent_times, strict=False):
         keys = [key for key, _ in prompt]
         sizes = [tokens for _, tokens in prompt]
         size = sum(sizes)
         shared = _common_prefix(previous, keys)
         breaks += shared < len(previous)
+        if previous and chosen.expired(sent_before, sent):
+            shared, expired = 0, expired + 1
+        sent_before = sent
         cached = sum(sizes[:shared])
         cost += read * cached + write * (size - cached)
         uncached += fresh * size
@@ -103,4 +129,4 @@ def prompt_costs(prompts: Iterable[Sequence[tuple[Hashable, int]]], prices: Pric
         peak = max(peak, size)
         turns += 1
         previous = keys
-    return PromptCosts(turns, cost, uncached, peak, total / turns if turns else 0.0, breaks)
+    return PromptCosts(turns, cost, uncached, peak, total / turns if turns else 0.0, breaks, expired)

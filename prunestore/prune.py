@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import timedelta
 from functools import cached_property
 from typing import Protocol, TypeVar
 
@@ -248,8 +249,16 @@ def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens
         steps.append((len(ms), current_turn))
     for step, (count, turn) in enumerate(steps):
         new = count - 1 if step < len(ms) else None  # the step's new message (none in the last, later turn)
-        _step(prompt, ms[:count], policy, turn, tokens, keys, new)
+        _step(prompt, ms[:count], policy, turn, tokens, keys, new, new is not None and _idle(ms, new, policy))
     return prompt
+
+
+def _idle(ms: Sequence[Message], i: int, policy: Policy) -> bool:
+    """Whether message `i` comes more than `cache_ttl` seconds after the one before it (both times known)."""
+    if policy.cache_ttl is None or i == 0:
+        return False
+    at, before = ms[i].at, ms[i - 1].at
+    return at is not None and before is not None and at - before > timedelta(seconds=policy.cache_ttl)
 
 
 @dataclass(frozen=True)
@@ -269,6 +278,7 @@ def _step(
     tokens: Sequence[int],
     keys: _Keys,
     new: int | None,
+    idle: bool,
 ) -> None:
     position = {id(m): i for i, m in enumerate(ms)}
     base, restored = passes(
@@ -306,12 +316,14 @@ def _step(
 
     pending = prompt.shown - live
     over = policy.budget is not None and total(prompt.shown) > policy.budget
-    if over or 0 < total(pending) >= policy.clear_at_least:
+    target = None if policy.budget is None else policy.budget - policy.clear_at_least
+    trim = idle and target is not None and total(prompt.shown) > target  # the cache is cold: an event is free
+    if over or trim or 0 < total(pending) >= (1 if idle else policy.clear_at_least):
         prompt.events += 1
         prompt.shown -= pending
-        if over:
-            assert policy.budget is not None
-            while total(prompt.shown) > policy.budget - policy.clear_at_least:
+        if over or trim:
+            assert target is not None
+            while total(prompt.shown) > target:
                 keep = needed()
                 evictable = [
                     i

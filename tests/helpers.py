@@ -10,6 +10,8 @@ hand-overs between copies are common.
 
 from __future__ import annotations
 
+from datetime import datetime, timedelta, timezone
+
 import pytest
 from hypothesis import strategies as st
 
@@ -93,11 +95,17 @@ def message_specs(draw, profile: dict, tool_roles_can_dedupe: bool = True):
 
 @st.composite
 def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe: bool = True):
-    """A list of messages in append order, with non-decreasing turns."""
+    """A list of messages in append order, with non-decreasing turns and times.
+
+    Every message has a time (`Message.at`), seconds or minutes after the one before, so a `cache_ttl`
+    of a minute finds idle gaps; they lie in the future, so a message a test appends without a time
+    (which a store under a `cache_ttl` stamps with the present) never comes long after one of these.
+    """
     profile = draw(profiles)
     # Draw the length first: st.lists favours short lists, and the interactions need long ones.
     size = draw(st.integers(min_size, max_size))
     turn, out = 0, []
+    at = SESSIONS_START
     for i in range(size):
         spec = draw(fact_specs() if profile["facts"] else message_specs(profile, tool_roles_can_dedupe))
         turn += draw(st.sampled_from([0, 1, 1, 1] if profile["facts"] else [0, 0, 1, 1, 2]))
@@ -106,8 +114,14 @@ def sessions(draw, min_size: int = 0, max_size: int = 30, tool_roles_can_dedupe:
         metadata = draw(st.sampled_from([None, None, {"n": i}]))  # stores keep a metadata dict apart per read
         given = [None, None, None, None, 0, 2] if profile["facts"] else [None, None, None, None, 0, 9, 40]
         tokens = draw(st.sampled_from(given))  # a count given with the message
-        out.append(Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, tokens=tokens, **spec))
+        at += timedelta(seconds=draw(st.sampled_from([0, 1, 30, 61, 400])))
+        out.append(
+            Message(id=f"m{i}", turn=turn, expires_after_turn=expires, metadata=metadata, tokens=tokens, at=at, **spec)
+        )
     return out
+
+
+SESSIONS_START = datetime(2100, 1, 1, tzinfo=timezone.utc)
 
 
 @st.composite
@@ -132,6 +146,7 @@ POLICIES = [
             ("budget", Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"})),
             ("budget-direct", Policy(restore="direct", budget=9)),
             ("definers-last", Policy(budget=11, clear_at_least=3, evict="definers_last")),
+            ("cache-ttl", Policy(budget=16, clear_at_least=8, cache_ttl=60)),
         ]
     ),
 ]

@@ -23,7 +23,7 @@ async def _chat(store: AsyncPruneStore, session: str, messages: list[Message]) -
         await store.append(session, message)
 
 
-@settings(max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=3, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(st.lists(sessions(min_size=1, max_size=12), min_size=SESSIONS, max_size=SESSIONS))
 def test_many_sessions_concurrently_in_one_event_loop(store_url, generated):
     async def main() -> None:

@@ -12,6 +12,7 @@ still remove; every message in the prompt has the definers it needs in it.
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
 from helpers import sessions
@@ -33,6 +34,8 @@ BUDGETED = [
     pytest.param(Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"}), id="pinned-users"),
     pytest.param(Policy(budget=11, clear_at_least=3, evict="definers_last"), id="definers-last"),
     pytest.param(Policy(budget=9, restore="direct", evict="definers_last"), id="definers-last-direct"),
+    pytest.param(Policy(clear_at_least=10, cache_ttl=60), id="cache-ttl"),
+    pytest.param(Policy(budget=13, clear_at_least=6, cache_ttl=60, evict="definers_last"), id="cache-ttl-budget"),
 ]
 
 
@@ -90,7 +93,10 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
             removed = sum(m.tokens for m in before if m.id in set(delta.live_removed))
             removed += sum(m.tokens for m in newly_evicted if m.id not in shown_before)
             assert stats.pending_tokens == 0
-            if removed < policy.clear_at_least:
+            previous = appended[-2].at if len(appended) > 1 else None
+            gap = message.at - previous if message.at and previous else None
+            idle = policy.cache_ttl is not None and gap is not None and gap > timedelta(seconds=policy.cache_ttl)
+            if removed < policy.clear_at_least and not idle:
                 # The budget forced it and nothing more could go: pinned, current turn, or needed.
                 needed = _needed(prompt, policy)
                 turn = appended[-1].turn

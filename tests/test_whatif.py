@@ -31,18 +31,20 @@ CANDIDATES = [
     Policy(budget=11, clear_at_least=3, evict="definers_last"),
     Policy(budget=9, restore="direct", evict="definers_last"),
     Policy(clear_at_least=5),
+    Policy(budget=13, clear_at_least=6, cache_ttl=60),
 ]
 
 
 def expected(messages: list[Message], policy: Policy, prices: Prices, tokens: dict[str, int]):
     """(cost, cost of sending everything, breaks, peak, prune's result over all) by `prune` per turn."""
-    prompts, everything, so_far = [], [], list[Message]()
+    prompts, everything, so_far, times = [], [], list[Message](), []
     for _, turn in groupby(messages, key=lambda m: m.turn):
         so_far.extend(turn)
         live = prune(so_far, policy=policy).live
         prompts.append([(m.id, tokens[m.id]) for m in live])
         everything.append([(m.id, tokens[m.id]) for m in so_far])
-    ours, theirs = prompt_costs(prompts, prices), prompt_costs(everything, prices)
+        times.append(so_far[-1].at)  # a turn is sent at its last message's time
+    ours, theirs = prompt_costs(prompts, prices, times), prompt_costs(everything, prices, times)
     return ours, theirs, prune(messages, policy=policy)
 
 
@@ -53,7 +55,9 @@ def test_what_if_prices_the_prompts_prune_gives_turn_by_turn(open_store, stored_
     store = open_store(stored_under)
     ms = data.draw(sessions(min_size=1, max_size=20))
     policy = data.draw(st.sampled_from(CANDIDATES))
-    prices = data.draw(st.sampled_from([Prices(), *PRICES.values(), Prices(read=0.5, write=1.0, fresh=2.0)]))
+    prices = data.draw(
+        st.sampled_from([Prices(), *PRICES.values(), Prices(read=0.5, write=1.0, fresh=2.0, ttl=None), Prices(ttl=45)])
+    )
     session = f"w{next(_names)}"
     for _, turn in groupby(ms, key=lambda m: m.turn):
         store.append(session, list(turn))
@@ -64,7 +68,7 @@ def test_what_if_prices_the_prompts_prune_gives_turn_by_turn(open_store, stored_
     ours, theirs, result = expected(ms, policy, prices, tokens)
     assert replay.turns == ours.turns and replay.messages == len(ms)
     assert replay.cost == pytest.approx(ours.cost) and replay.cost_everything == pytest.approx(theirs.cost)
-    assert (replay.breaks, replay.peak) == (ours.breaks, ours.peak)
+    assert (replay.breaks, replay.peak, replay.expired) == (ours.breaks, ours.peak, ours.expired)
     assert replay.mean == pytest.approx(ours.mean)
     assert (replay.events, replay.comebacks, replay.late_joins) == (result.events, result.comebacks, result.late_joins)
     changed = [i for i, m in stored.items() if m.verdict != result.verdicts[i]]

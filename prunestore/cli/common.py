@@ -149,16 +149,17 @@ def main(ctx: click.Context, url: str | None) -> None:
     ctx.obj = db.resolve_url(url)
 
 
-def policy_changes(budget: str | None, **fields: Any) -> dict[str, Any]:
-    """The `Policy` fields the command's options give (None: not given), ``--budget`` parsed."""
+def policy_changes(budget: str | None, cache_ttl: str | None = None, **fields: Any) -> dict[str, Any]:
+    """The `Policy` fields the command's options give (None: not given), ``--budget`` and ``--cache-ttl`` parsed."""
     changes = {name: value for name, value in fields.items() if value is not None}
-    if budget is not None:
-        changes["budget"] = _budget(budget)
+    for name, text, unit in (("budget", budget, "tokens"), ("cache_ttl", cache_ttl, "seconds")):
+        if text is not None:
+            changes[name] = _whole_or_none(text, name, unit)
     return changes
 
 
-def _budget(text: str) -> int | None:
-    """The value of ``--budget``: a whole number of tokens, at least 1, or 'none'."""
+def _whole_or_none(text: str, name: str, unit: str) -> int | None:
+    """The value of ``--budget`` or ``--cache-ttl``: a whole number, at least 1, or 'none'."""
     if text.lower() == "none":
         return None
     try:
@@ -167,6 +168,6 @@ def _budget(text: str) -> int | None:
         value = 0
     if value < 1:
         raise click.BadParameter(
-            f"{text!r}: a budget is a whole number of tokens, at least 1, or 'none'", param_hint="--budget"
+            f"{text!r}: a whole number of {unit}, at least 1, or 'none'", param_hint="--" + name.replace("_", "-")
         )
     return value

@@ -21,8 +21,11 @@ def _prices(text: str | None) -> Prices | str | None:
     if text is None or text in PRICES:
         return text
     try:
-        return Prices(*(float(part) for part in text.split(",")))
-    except (TypeError, ValueError):
+        read, write, *fresh = (float(part) for part in text.split(","))
+        if len(fresh) > 1:
+            raise ValueError(text)
+        return Prices(read=read, write=write, fresh=fresh[0] if fresh else 1.0)
+    except ValueError:
         raise click.BadParameter(
             f"{text!r}: one of {', '.join(PRICES)}, or READ,WRITE[,FRESH] per token", param_hint="--prices"
         ) from None
@@ -44,6 +47,7 @@ def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
         "events": sum(r.events for r in replays),
         "comebacks": sum(r.comebacks for r in replays),
         "late_joins": sum(r.late_joins for r in replays),
+        "expired": sum(r.expired for r in replays),
         "peak": max((r.peak for r in replays), default=0),
         "mean": sum(r.mean * r.turns for r in replays) / turns if turns else 0.0,
         "changed": sum(r.changed for r in replays),
@@ -57,6 +61,7 @@ def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
 @click.option("--clear-at-least", type=int, help="The other policy's clear_at_least.")
 @click.option("--evict", type=click.Choice(EVICT_ORDERS), help="The other policy's eviction order.")
 @click.option("--restore", type=click.Choice(RESTORE_MODES), help="The other policy's restore mode.")
+@click.option("--cache-ttl", metavar="SECONDS", help="The other policy's cache_ttl ('none': never).")
 @click.option(
     "--prices",
     metavar="NAME|READ,WRITE[,FRESH]",
@@ -69,6 +74,7 @@ def cost(
     clear_at_least: int | None,
     evict: str | None,
     restore: str | None,
+    cache_ttl: str | None,
     prices: str | None,
     as_json: bool,
 ) -> None:
@@ -78,7 +84,7 @@ def cost(
     breaks by cause, the prompt's peak and mean, and the messages whose verdict would change.
     """
     chosen = _prices(prices)
-    changes = policy_changes(budget, clear_at_least=clear_at_least, evict=evict, restore=restore)
+    changes = policy_changes(budget, cache_ttl, clear_at_least=clear_at_least, evict=evict, restore=restore)
     with open_store(ctx, reading=True) as store:
         policies = [store.policy]
         if changes:
@@ -97,13 +103,14 @@ def cost(
             f"{t['saving']:.2f}x",
             f"{t['breaks']:,}",
             f"{t['events']:,} / {t['comebacks']:,} / {t['late_joins']:,}",
+            f"{t['expired']:,}",
             f"{t['peak']:,}",
             f"{t['mean']:,.0f}",
             f"{t['changed']:,}",
         )
         for label, t in zip(labels, totals, strict=False)
     ]
-    head = ["policy", "cost", "everything", "everything / cost", "breaks", "events / comebacks / late joins"]
+    head = ["policy", "cost", "everything", "everything / cost", "breaks", "events / comebacks / late joins", "expired"]
     table([*head, "peak", "mean", "changed"], rows)
     first = totals[0]
     click.echo(

@@ -292,6 +292,12 @@ def _roles(text: str | None) -> frozenset[str] | None:
     type=click.Choice(EVICT_ORDERS),
     help="What the budget evicts first: the oldest messages, or the oldest that define no key in use.",
 )
+@click.option(
+    "--cache-ttl",
+    metavar="SECONDS",
+    help="Seconds the provider keeps a cached prompt; a message after a longer gap clears what is pending "
+    "('none': never).",
+)
 @click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
 @click.option(
     "--tokenizer",
@@ -307,6 +313,7 @@ def policy(
     pinned_roles: str | None,
     restore: str | None,
     evict: str | None,
+    cache_ttl: str | None,
     dedupe_roles: str | None,
     tokenizer: str | None,
     yes: bool,
@@ -318,6 +325,7 @@ def policy(
     """
     changes = policy_changes(
         budget,
+        cache_ttl,
         clear_at_least=clear_at_least,
         pinned_roles=_roles(pinned_roles),
         dedupe_roles=_roles(dedupe_roles),
@@ -333,7 +341,8 @@ def policy(
             what = "policy" if counter is None else "tokenizer" if chosen == store.policy else "policy and tokenizer"
             confirm(f"Rebuild {counted(len(store.sessions()), 'session')} under the new {what}?", yes)
             store.rebuild(policy=chosen, tokenizer=counter)
-        shown = {**json.loads(chosen.to_json()), "tokenizer": store.tokenizer_name}
+        shown = dict(sorted({"cache_ttl": None, **json.loads(chosen.to_json())}.items()))
+        shown["tokenizer"] = store.tokenizer_name
     if as_json:
         echo_json(shown)
         return

@@ -60,6 +60,8 @@ class Maintainer:
         self._candidates: list[MsgState] = []
         self.prompt = PromptKeeper(self, policy, prompt or PromptCounters()) if policy.gathers else None
         self.moved: set[MsgState] | None = None  # see `watch`
+        self._last_at: int | None = None  # the time of the message at `last_seq`, once `_last_at_known`
+        self._last_at_known = False
 
     def watch(self) -> set[MsgState]:
         """From now on, collect every message whose verdict or place in the prompt may have changed.
@@ -255,11 +257,23 @@ class Maintainer:
         stored = self.rows.last_tool_holder(tool_key)
         return self.adopt(stored) if stored is not None else None
 
+    def _idle_before(self, state: MsgState) -> bool:
+        """Whether the message comes longer than the policy's `cache_ttl` after the one before it
+        (docs/semantics.md, "Cache expiry"); the previous time is read only for a policy that asks."""
+        ttl = self.policy.cache_ttl
+        if ttl is None or state.at is None or self.last_seq == 0:
+            return False
+        if not self._last_at_known:
+            self._last_at, self._last_at_known = self.rows.time_of(self.last_seq), True
+        return self._last_at is not None and state.at - self._last_at > ttl * 1_000_000
+
     def append(self, state: MsgState) -> None:
         """Apply one new message, given as a state with its effective keys filled in.
 
         The store appends states that carry their `Message` (it writes them); a replay in memory may not.
         """
+        idle = self._idle_before(state)
+        self._last_at, self._last_at_known = state.at, True
         if state.turn > self.current_turn:
             self._advance_turn(state.turn)
         self.last_seq += 1
@@ -299,7 +313,7 @@ class Maintainer:
             self._candidates.append(state)
         self._settle()
         if self.prompt is not None:
-            self.prompt.step()
+            self.prompt.step(idle)
 
     # -- what to write back ----------------------------------------------
 

@@ -12,7 +12,11 @@ a time, by the rules of docs/semantics.md ("Budget and removal events"):
   prompt is over the budget; it removes every pending message and, over the
   budget, evicts the oldest evictable messages until the prompt is
   `clear_at_least` tokens under it (with ``evict="definers_last"``, the
-  current definers of keys only once nothing else is left to evict).
+  current definers of keys only once nothing else is left to evict);
+* a message said longer than `cache_ttl` after the one before it finds the
+  provider's cache cold, so an event then costs nothing: it happens if
+  anything is pending or the prompt is above ``budget - clear_at_least``,
+  and evicts down to that as an event over the budget does.
 
 Counts kept so that no step reads the session: the prompt's tokens and the
 pending tokens (on the session row), and per key the counting referrers the
@@ -135,8 +139,12 @@ class PromptKeeper:
 
     # -- one step: after each message ------------------------------------
 
-    def step(self) -> None:
-        """Bring the prompt in line with the passes' new verdicts, then hold an event if one is due."""
+    def step(self, idle: bool = False) -> None:
+        """Bring the prompt in line with the passes' new verdicts, then hold an event if one is due.
+
+        `idle`: the new message finds the provider's cache expired, so any pending tokens, or any above the
+        budget's target, are worth an event.
+        """
         touched, self._before = sorted(self._before.values(), key=lambda t: t[0].seq), {}
         newly_counting = []
         joined = False
@@ -157,13 +165,14 @@ class PromptKeeper:
         if counters.comebacks is not None:
             counters.comebacks += came_back
         over = policy.budget is not None and counters.tokens > policy.budget
-        if over or 0 < counters.pending >= policy.clear_at_least:
+        target = None if policy.budget is None else policy.budget - policy.clear_at_least
+        trim = idle and target is not None and counters.tokens > target
+        if over or trim or 0 < counters.pending >= (1 if idle else policy.clear_at_least):
             counters.events += 1
             for state in self._pending_now():
                 self._set(state, visible=False, evicted=False)
-            if over:
-                assert policy.budget is not None
-                target = policy.budget - policy.clear_at_least
+            if over or trim:
+                assert target is not None
                 definers_last = policy.evict == "definers_last"
                 self._evict(target, definers=not definers_last)
                 if definers_last and counters.tokens > target:

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Protocol
+from typing import NamedTuple, Protocol
 
 from ..model import (
     EVICTED,
     KEPT,
+    LIVE_VERDICTS,
     PENDING,
     RESTORED,
     Message,
     effective_defines,
     effective_refs,
     encode_metadata,
+    micros,
 )
 from ..text import content_hash
 
@@ -49,6 +51,7 @@ class MsgState:
     message: Message | None = None  # set for messages appended in this transaction
     metadata_json: str | None = None  # the metadata as stored, encoded once
     original: tuple[str, str] | None = None  # (base, verdict) as loaded, for the undo journal
+    at: int | None = None  # when it was said, in microseconds since 1970 (`model.micros`), or None
 
     @property
     def survives(self) -> bool:
@@ -87,6 +90,7 @@ def new_state(message: Message, tokens: int) -> MsgState:
         message=message,
         tokens=tokens,
         metadata_json=encode_metadata(message.metadata),
+        at=None if message.at is None else micros(message.at),
     )
 
 
@@ -136,6 +140,10 @@ class Rows(Protocol):
         """
         ...
 
+    def time_of(self, seq: int) -> int | None:
+        """The stored message's `MsgState.at`."""
+        ...
+
 
 class NoRows:
     """`Rows` of a session with nothing stored: a maintainer over it is an in-memory replay."""
@@ -161,6 +169,9 @@ class NoRows:
     def in_prompt_after(self, after_seq: int, limit: int, cursor: int) -> list[MsgState]:
         return []
 
+    def time_of(self, seq: int) -> int | None:
+        return None
+
 
 class Index(Protocol):
     """The maintainer's identity map over `Rows`, as the prompt keeper reads through it.
@@ -180,3 +191,30 @@ class Index(Protocol):
     def keys(self, keys: Iterable[str]) -> list[KeyState]: ...
 
     def definers(self, keys: Iterable[str], exclude: MsgState | None = None) -> list[MsgState]: ...
+
+
+class Totals(NamedTuple):
+    """A session's tokens: of all its messages, and of those in the prompt."""
+
+    tokens: int = 0
+    live_tokens: int = 0
+
+    def after(self, new: Iterable[MsgState], changed: Iterable[MsgState]) -> Totals:
+        """The totals once `new` messages are stored and the `changed` ones (loaded with `original`) rewritten."""
+        tokens, live = self.tokens, self.live_tokens
+        for state in new:
+            tokens += state.tokens
+            live += state.tokens if state.verdict in LIVE_VERDICTS else 0
+        for state in changed:
+            assert state.original is not None, "a changed stored message was loaded through the identity map"
+            live += state.tokens * ((state.verdict in LIVE_VERDICTS) - (state.original[1] in LIVE_VERDICTS))
+        return Totals(tokens, live)
+
+    @classmethod
+    def of(cls, rows: Iterable[tuple[int, str]]) -> Totals:
+        """The totals of (tokens, verdict) pairs."""
+        tokens = live = 0
+        for count, verdict in rows:
+            tokens += count
+            live += count if verdict in LIVE_VERDICTS else 0
+        return cls(tokens, live)

@@ -15,7 +15,7 @@ from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 
 from ..engine.prompt import PromptCounters
-from ..engine.state import KeyState, MsgState
+from ..engine.state import KeyState, MsgState, Totals
 from .driver import Driver
 from .rows import (
     DELETE_HOLDER,
@@ -31,10 +31,10 @@ from .rows import (
     LIVE_AFTER,
     MESSAGES_BY_SEQ,
     PENDING_ROWS,
+    TIME_OF,
     UPDATE_VERDICT,
     UPSERT_KEY,
     SessionRow,
-    Totals,
     encode_content,
     first_value,
     join_keys,
@@ -84,6 +84,9 @@ class LockedRows:
             rows += self.driver.all(LIVE_AFTER, params)
         return [msg_state(row) for row in rows]
 
+    def time_of(self, seq: int) -> int | None:
+        return self.driver.scalar(TIME_OF, {"sid": self.sid, "seq": seq})
+
     def message_row(
         self,
         state: MsgState,
@@ -118,6 +121,7 @@ class LockedRows:
             int(held),
             journal,
             *(history or (None, None, None, None)),
+            state.at,
         )
 
     def write_back(

@@ -15,13 +15,24 @@ from operator import itemgetter
 from typing import NamedTuple
 
 from ..engine.prompt import PromptCounters
-from ..engine.state import KeyState, MsgState
+from ..engine.state import KeyState, MsgState, Totals
 from ..frozen import freeze
-from ..model import EVICTED, LIVE_VERDICTS, PASS_1_SURVIVORS, SURVIVING_VERDICTS, StoredMessage, was_restored
+from ..model import (
+    EVICTED,
+    LIVE_VERDICTS,
+    PASS_1_SURVIVORS,
+    SURVIVING_VERDICTS,
+    StoredMessage,
+    from_micros,
+    was_restored,
+)
 from ..results import HistoryPoint, SessionSummary
 from .driver import Statement
 
-_STATE = "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens"
+_STATE = (
+    "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens, "
+    "said_at"
+)
 
 
 def sql_set(values: Iterable[str]) -> str:
@@ -41,7 +52,7 @@ def message_columns(alias: str = "", content: str | None = None) -> str:
     `content` replaces the content column (an expression that reads part of it).
 
     Fields that are nearly always at their default (escaped content, a TTL,
-    the defines/refs fields, a base equal to the verdict, given tokens) travel in one text
+    the defines/refs fields, a base equal to the verdict, given tokens, a time) travel in one text
     column, NULL when all are: reading thousands of rows costs about 0.1 µs a
     column a row in the driver, which showed in `live()`. Keys cannot hold
     "|", so it can separate them.
@@ -49,9 +60,10 @@ def message_columns(alias: str = "", content: str | None = None) -> str:
     a = f"{alias}." if alias else ""
     rare = (
         f"CASE WHEN {a}content_escaped = 0 AND {a}expires_after_turn IS NULL AND {a}defines = '' AND {a}refs = '' "
-        f"AND {a}base = {a}verdict AND {a}tokens_given = 0 THEN NULL ELSE CAST({a}content_escaped AS TEXT) || '|' || "
-        f"COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
-        f"{a}defines || '|' || {a}refs || '|' || {a}base || '|' || CAST({a}tokens_given AS TEXT) END"
+        f"AND {a}base = {a}verdict AND {a}tokens_given = 0 AND {a}said_at IS NULL THEN NULL ELSE "
+        f"CAST({a}content_escaped AS TEXT) || '|' || COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
+        f"{a}defines || '|' || {a}refs || '|' || {a}base || '|' || CAST({a}tokens_given AS TEXT) || '|' || "
+        f"COALESCE(CAST({a}said_at AS TEXT), '') END"
     )
     text = content or f"{a}content"
     return f"{a}seq, {a}id, {a}role, {text}, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
@@ -64,7 +76,7 @@ TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, tokens_given, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
-    "tokens_after, live_tokens_after, events_after, generation_after"
+    "tokens_after, live_tokens_after, events_after, generation_after, said_at"
 )
 
 
@@ -140,6 +152,7 @@ AUDIT = Statement(
 )
 STATES_IN_ORDER = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
+TIME_OF = Statement("SELECT said_at FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
 # The prompt's live messages in order: below the session's cursor the held ones (a partial
 # index), from it on every row (the primary key), which walks pass once.
@@ -234,9 +247,11 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
     refs: tuple[str, ...] = ()
     base = verdict
     given = False
+    at = None
     if rare is not None:
-        escaped, ttl, defines_text, refs_text, base, tokens_given = rare.split("|")
+        escaped, ttl, defines_text, refs_text, base, tokens_given, said_at = rare.split("|")
         given = tokens_given != "0"
+        at = from_micros(int(said_at)) if said_at else None
         if escaped != "0":
             content = decode_content(content, int(escaped))
         expires = int(ttl) if ttl else None
@@ -260,6 +275,7 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
             "tokens": tokens,
             "base": base,
             "tokens_given": given,
+            "at": at,
         },
     )
     return message
@@ -364,7 +380,7 @@ def key_with_definer(row) -> tuple[KeyState, MsgState | None]:
 
 
 def msg_state(row) -> MsgState:
-    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens = row
+    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens, at = row
     evicted = verdict == EVICTED
     return MsgState(
         seq=seq,
@@ -381,6 +397,7 @@ def msg_state(row) -> MsgState:
         tokens=tokens,
         visible=verdict in LIVE_VERDICTS,
         evicted=evicted,
+        at=at,
     )
 
 
@@ -414,33 +431,6 @@ class SessionRow:
         self.stamp = stamp
         self.prompt = prompt or PromptCounters()
         self.totals = totals or Totals()
-
-
-class Totals(NamedTuple):
-    """A session's tokens: of all its messages, and of those in the prompt."""
-
-    tokens: int = 0
-    live_tokens: int = 0
-
-    def after(self, new: Iterable[MsgState], changed: Iterable[MsgState]) -> Totals:
-        """The totals once `new` messages are stored and the `changed` ones (loaded with `original`) rewritten."""
-        tokens, live = self.tokens, self.live_tokens
-        for state in new:
-            tokens += state.tokens
-            live += state.tokens if state.verdict in LIVE_VERDICTS else 0
-        for state in changed:
-            assert state.original is not None, "a changed stored message was loaded through the identity map"
-            live += state.tokens * ((state.verdict in LIVE_VERDICTS) - (state.original[1] in LIVE_VERDICTS))
-        return Totals(tokens, live)
-
-    @classmethod
-    def of(cls, rows: Iterable[tuple[int, str]]) -> Totals:
-        """The totals of (tokens, verdict) pairs."""
-        tokens = live = 0
-        for count, verdict in rows:
-            tokens += count
-            live += count if verdict in LIVE_VERDICTS else 0
-        return cls(tokens, live)
 
 
 DEFINERS = Statement(

@@ -107,6 +107,8 @@ MESSAGES = sa.Table(
     sa.Column("generation_after", sa.BigInteger),  # the settings' generation the append was written under
     # 1 when `tokens` came with the message (`Message.tokens`): a change of counter keeps it.
     sa.Column("tokens_given", sa.SmallInteger, nullable=False, server_default="0"),
+    # `Message.at` in microseconds since 1970 (UTC), or NULL: what a policy's `cache_ttl` measures.
+    sa.Column("said_at", sa.BigInteger),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),

@@ -13,6 +13,7 @@ from collections.abc import Callable, Iterable
 from typing import TypeVar
 
 from ..engine.prompt import PromptCounters
+from ..engine.state import Totals
 from ..errors import SessionIdCollisionError, shorten
 from ..model import StoredMessage
 from .driver import Driver, Statement
@@ -26,7 +27,6 @@ from .rows import (
     SESSION_WITH_IDS,
     UPDATE_SESSION,
     SessionRow,
-    Totals,
     joined_message,
     keyed_message,
     lock_saw_the_latest,
