@@ -40,7 +40,9 @@ def test_many_sessions_concurrently_in_one_event_loop(store_url, generated):
             names = [f"s{i}-{id(generated)}" for i in range(SESSIONS)]
             await asyncio.gather(*(_chat(store, n, ms) for n, ms in zip(names, generated, strict=True)))
             clock.cancel()
-            assert ticks > SESSIONS  # the loop ran other tasks while appends waited on the database
+            # The loop ran other tasks while appends waited on the database: a store that blocked the loop
+            # would run every append before the ticker's first step (how many steps it gets depends on load).
+            assert ticks > 0
             for name, ms in zip(names, generated, strict=True):
                 stored = await store.messages(name)
                 assert {m.id: m.verdict for m in stored} == prune(ms, policy=store.policy).verdicts

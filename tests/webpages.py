@@ -76,13 +76,16 @@ def chromium():
 @contextmanager
 def navigation(browser):
     """Wait, after the block, until the next page has replaced the one open before it."""
+    from selenium.common.exceptions import WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = browser.find_element(By.TAG_NAME, "main")
     yield
-    WebDriverWait(browser, 30).until(expected_conditions.staleness_of(page))
+    # Asked while the page is being replaced, chromedriver may fail with an "inspector error" instead of
+    # saying the element is stale: ask again (a page that is never replaced still times out).
+    WebDriverWait(browser, 30, ignored_exceptions=[WebDriverException]).until(expected_conditions.staleness_of(page))
 
 
 def follow(browser, link) -> None:
