@@ -12,12 +12,14 @@ prints each append p50 over that p50. With --partitioned, a second
 PostgreSQL database (emptied, then made 16 hash partitions) runs too. With
 --budget, two more SQLite stores with ``Policy(budget=..., clear_at_least=...)``,
 evicting the oldest first and ``evict="definers_last"``, run beside the default
-one, their appends interleaved with its, so the three compare in one run.
+one, their appends interleaved with its, so the three compare in one run; with
+--cache-ttl too, a fourth: definers last with that ``cache_ttl`` (each append then
+stores its time and reads the time of the message before it).
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
         [--partitioned URL]   (a PostgreSQL database this may empty)
-        [--budget 2000 --clear 500]
+        [--budget 2000 --clear 500 [--cache-ttl 300]]
 """
 
 from __future__ import annotations
@@ -172,6 +174,7 @@ def main() -> int:
     parser.add_argument("--partitioned", default="", help="A PostgreSQL database to empty and partition.")
     parser.add_argument("--budget", type=int, help="Also run a store with this budget, side by side.")
     parser.add_argument("--clear", type=int, default=0, help="Its clear_at_least.")
+    parser.add_argument("--cache-ttl", type=int, help="With --budget, also a store with this cache_ttl.")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     policies = {"default": Policy()}
@@ -180,6 +183,10 @@ def main() -> int:
         policies[f"budget {args.budget}/{args.clear}, definers last"] = Policy(
             budget=args.budget, clear_at_least=args.clear, evict="definers_last"
         )
+        if args.cache_ttl:
+            policies[f"budget {args.budget}/{args.clear}, definers last, cache_ttl {args.cache_ttl}"] = Policy(
+                budget=args.budget, clear_at_least=args.clear, evict="definers_last", cache_ttl=args.cache_ttl
+            )
     results: dict[str, list[tuple[int, float, float]]] = {}
     floors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:

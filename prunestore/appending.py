@@ -188,7 +188,12 @@ def append_locked(
     ahead = None
     if locked is None:
         expected = policy if isinstance(policy, Policy) else expected
-        reads = read_ahead(driver, states, expected.dedupe_roles if expected is not None else None)
+        reads = read_ahead(
+            driver,
+            states,
+            expected.dedupe_roles if expected is not None else None,
+            times=expected is not None and expected.cache_ttl is not None,
+        )
         row, stored, ahead = lock_session_for_append(driver, name, ids, reads)
     else:
         row = locked

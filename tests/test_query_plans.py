@@ -106,6 +106,17 @@ def test_events_under_a_budget_use_indexes(open_store, recorded):
             assert index in plan, plan
 
 
+def test_appends_under_a_cache_ttl_read_the_last_time_by_index(open_store, recorded):
+    """The gap before an append is measured from the session's last message, read by the primary key."""
+    store = open_store(Policy(budget=60, clear_at_least=20, cache_ttl=300))
+    recorded.clear()
+    for turn in range(30):
+        store.append("s", M(f"t{turn}", "tool_output", f"result {turn}", turn, tool_key=f"tool{turn % 3}"))
+    assert any("said_at FROM prunestore_messages" in text for text in recorded)
+    assert_plans_use_indexes(store, recorded, at_least=4)
+    assert all(m.at is not None for m in store.messages("s"))
+
+
 def test_pages_of_session_names_read_the_name_index(store, recorded):
     """A page of names, after a name or under a prefix, reads the index in code point order: never every name."""
     for i in range(30):

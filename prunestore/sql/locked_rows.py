@@ -27,6 +27,7 @@ from .rows import (
     INSERT_MESSAGE,
     KEYS_BY_NAME,
     KEYS_WITH_DEFINERS,
+    LAST_TIME,
     LAST_TOOL_HOLDER,
     LIVE_AFTER,
     MESSAGES_BY_SEQ,
@@ -41,6 +42,7 @@ from .rows import (
     key_state,
     key_with_definer,
     msg_state,
+    seq_and_time,
 )
 from .sessions import update_session
 
@@ -205,14 +207,16 @@ class Ahead:
     states: dict[int, MsgState] = field(default_factory=dict)  # the keys' last definers, by seq
     first_holders: dict[bytes, int | None] = field(default_factory=dict)
     expiring: list[MsgState] | None = None  # expiring from the session's current turn to the batch's last
+    last_time: tuple[int, int | None] | None = None  # (seq, said_at) of the session's last message, under a TTL
 
 
 def read_ahead(
-    driver: Driver, states: list[MsgState], dedupe_roles: AbstractSet[str] | None
+    driver: Driver, states: list[MsgState], dedupe_roles: AbstractSet[str] | None, times: bool = False
 ) -> Callable[[int], Callable[[], Ahead]] | None:
     """For `sessions.lock_session_for_append`: the queries to send behind the lock, while pipelining.
 
-    `dedupe_roles` are those of the policy the append expects (None: unknown, every role's content is looked up).
+    `dedupe_roles` are those of the policy the append expects (None: unknown, every role's content is looked up);
+    `times`, whether it has a `cache_ttl` (the time of the session's last message is then read too).
     """
     if not driver.pipelining or not states or len(states) > AHEAD_AT_MOST:
         return None
@@ -226,6 +230,7 @@ def read_ahead(
         key_rows = driver.send(KEYS_WITH_DEFINERS, {"sid": sid, "keys": keys}) if keys else None
         firsts = [(h, driver.send(FIRST_HOLDER_AFTER, {"sid": sid, "content_hash": h, "after": 0})) for h in hashes]
         expiring = driver.send(EXPIRING_BEFORE, {"sid": sid, "hi": last_turn})
+        last_time = driver.send(LAST_TIME, {"sid": sid}) if times else None
 
         def collect() -> Ahead:
             ahead = Ahead()
@@ -241,6 +246,8 @@ def read_ahead(
             for content_hash, pending in firsts:
                 ahead.first_holders[content_hash] = first_value(pending.rows())  # type: ignore[assignment]
             ahead.expiring = [msg_state(row) for row in expiring.rows()]
+            if last_time is not None:
+                ahead.last_time = seq_and_time(last_time.rows())
             return ahead
 
         return collect
@@ -288,6 +295,10 @@ class AheadRows(LockedRows):
             else:
                 missing.append(key)
         return known + (super().keys(missing) if missing else [])
+
+    def time_of(self, seq: int) -> int | None:
+        known = self.ahead.last_time
+        return known[1] if known is not None and known[0] == seq else super().time_of(seq)
 
     def first_holder_after(self, content_hash: bytes, after_seq: int) -> int | None:
         if after_seq == 0 and content_hash in self.ahead.first_holders:

@@ -153,6 +153,7 @@ AUDIT = Statement(
 STATES_IN_ORDER = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 TIME_OF = Statement("SELECT said_at FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
+LAST_TIME = Statement("SELECT seq, said_at FROM prunestore_messages WHERE session_id = :sid ORDER BY seq DESC LIMIT 1")
 PENDING_ROWS = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND verdict = 'pending'")
 # The prompt's live messages in order: below the session's cursor the held ones (a partial
 # index), from it on every row (the primary key), which walks pass once.
@@ -360,6 +361,11 @@ metadata_column = itemgetter(6)  # the metadata as stored (JSON text), or None
 def verdict_row(row) -> tuple[int, str, str, int]:
     """(seq, id, verdict, tokens) of a row selected with `FULL_COLUMNS`, as `VERDICTS_OF` selects them."""
     return row[0], row[1], row[VERDICT_COLUMN], row[TOKENS_COLUMN]
+
+
+def seq_and_time(rows: list[tuple]) -> tuple[int, int | None] | None:
+    """(seq, said_at) of the one `LAST_TIME` row, or None for an empty session."""
+    return (rows[0][0], rows[0][1]) if rows else None
 
 
 def first_value(rows: list[tuple]) -> object:
