@@ -90,6 +90,14 @@ def test_openai_agents_session_example(store_url, tmp_path):
     assert "of 24 items; 1 file listing call" in second and "verify: ok" in second
 
 
+def test_anthropic_messages_example(store_url, tmp_path):
+    first = run_example("anthropic_messages.py", tmp_path, store_url)
+    assert "Once more for Paris?             -> It is sunny.       prompt: 9 messages" in first
+    assert "calls in the prompt: Oslo, Paris; stored: 12 messages" in first and "verify: ok" in first
+    second = run_example("anthropic_messages.py", tmp_path, store_url)  # the session goes on
+    assert "calls in the prompt: Oslo, Paris; stored: 24 messages" in second and "verify: ok" in second
+
+
 def test_fastapi_chatbot_over_http(store_url, monkeypatch):
     """Two sessions, driven over HTTP: each prompt holds one file listing however often files are listed."""
     import importlib.util

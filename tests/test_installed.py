@@ -21,7 +21,14 @@ import pytest
 from conftest import INSTALLED_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
-INTEGRATION_TESTS = ["test_examples.py", "test_langchain.py", "test_openai_agents.py", "test_web_app.py", "test_web.py"]
+INTEGRATION_TESTS = [
+    "test_examples.py",
+    "test_langchain.py",
+    "test_openai_agents.py",
+    "test_anthropic_messages.py",
+    "test_web_app.py",
+    "test_web.py",
+]
 
 pytestmark = [pytest.mark.slow, pytest.mark.sqlite]
 

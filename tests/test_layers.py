@@ -197,6 +197,7 @@ PUBLIC = {
     "prunestore.integrations.langchain",
     "prunestore.integrations.openai_agents",
     "prunestore.integrations.openai_chat",
+    "prunestore.integrations.anthropic_messages",
 }
 
 

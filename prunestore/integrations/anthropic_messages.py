@@ -1,0 +1,302 @@
+"""A history of Anthropic Messages API messages, for code that calls ``client.messages.create`` itself.
+
+`AnthropicHistory` does for the Anthropic SDK what `OpenAIChatHistory` does
+for Chat Completions: `add` stores the messages of the conversation (the
+``MessageParam`` dicts the code sends, and the SDK's ``Message`` the model
+returns), `messages` gives the pruned prompt, ready to send as
+``messages=``, kept in the store's cache and patched from each append. The
+list is new on every call; the messages in it are shared with the cache and
+read-only (`prunestore.frozen`; ``copy.deepcopy`` gives a changeable copy),
+as `OpenAIChatHistory`'s are.
+
+- Each ``tool_result`` block is stored as a message of its own, keyed like
+  an imported transcript (`from_anthropic`: a later call of the same tool
+  with the same arguments supersedes it); a ``tool_use`` block goes when
+  its result is pruned, and stays while its result is on its way.
+- Reasoning (``thinking`` and ``redacted_thinking`` blocks, with their
+  signatures) stays with the assistant message it came in, unchanged, while
+  a tool call of that message is in the prompt or the message has text to
+  send; it is never sent on its own.
+- Consecutive messages of one role are merged into one, tool results
+  first, so user and assistant alternate as the API requires.
+- With ``cache=True`` (the default) the last block of the prompt carries a
+  ``cache_control`` breakpoint, so each call reads the previous call's
+  prompt from Anthropic's prompt cache and writes only what is new; under a
+  budget with removal events that prefix stays put between events.
+
+Where nothing was pruned, `messages` is the list of messages as given, with
+consecutive messages of one role merged and the breakpoint added.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from bisect import bisect_right
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from ..aio import AsyncPruneStore
+from ..errors import InvalidMessageError, SessionNotFoundError, shorten
+from ..formats.text import anthropic_text
+from ..frozen import FrozenDict, FrozenList, freeze
+from ..model import Message, StoredMessage
+from ..sql.sessions import SessionState
+from ..store import PruneStore
+from ..views import Unit
+from ._shared import blocking, importer_after, on_store, with_call_keys
+
+__all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
+
+_REASONING = frozenset({"thinking", "redacted_thinking"})
+_BREAKPOINT = {"type": "ephemeral"}
+
+
+class AnthropicHistory:
+    """One prunestore session as the ``messages`` of ``client.messages.create``.
+
+    `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
+    `amessages`). Options (``document_tools``, ``keep_tools``, ``ttl``,
+    ``keys_of``) say how tool results are pruned, as for `from_anthropic`.
+    The system prompt is not part of the history: pass it to ``create`` as
+    ``system=`` (with a ``cache_control`` of its own if it is long).
+    """
+
+    def __init__(self, session: str, store: PruneStore | AsyncPruneStore, *, cache: bool = True, **options: Any):
+        self.session = session
+        self.store = store
+        self.cache = cache
+        self.options = options
+
+    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
+        """Store messages: ``MessageParam`` dicts, or the ``Message`` objects ``messages.create`` returns."""
+        params = _params(messages)
+        if params:
+            self._blocking().append_with(self.session, _builder(params, self.options))
+
+    def messages(self) -> list[dict]:
+        """The prompt: a new list of read-only messages."""
+        try:
+            items = self._blocking().view(self.session, ANTHROPIC_MESSAGES)
+        except SessionNotFoundError:
+            return []
+        return _merged(self.store, self.session, items, self.cache)
+
+    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
+        params = _params(messages)
+        if params:
+            await on_store(self.store, "append_with", self.session, _builder(params, self.options))
+
+    async def amessages(self) -> list[dict]:
+        try:
+            items = await on_store(self.store, "view", self.session, ANTHROPIC_MESSAGES)
+        except SessionNotFoundError:
+            return []
+        return _merged(self.store, self.session, items, self.cache)
+
+    def _blocking(self) -> PruneStore:
+        return blocking(self.store, "aadd / amessages")
+
+
+def _params(messages: Sequence[Mapping[str, Any] | Any]) -> list[dict]:
+    """The messages as ``MessageParam`` dicts: an SDK ``Message`` gives its role and content blocks."""
+    if isinstance(messages, (str, bytes, Mapping)) or hasattr(messages, "model_dump"):
+        raise InvalidMessageError(f"messages={shorten(messages)}: expected a list of messages")
+    out = []
+    for index, message in enumerate(messages):
+        if hasattr(message, "model_dump"):  # the SDK's Message (a pydantic model), as create returns it
+            dumped = message.model_dump(mode="json", exclude_none=True)
+            message = {"role": dumped.get("role"), "content": dumped.get("content")}
+        if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
+            raise InvalidMessageError(f"messages[{index}]={shorten(message)}: not a user or assistant message")
+        content = message.get("content")
+        if isinstance(content, list) and all(isinstance(b, Mapping) and "type" in b for b in content):
+            content = [dict(b) for b in content]
+        elif not isinstance(content, str):
+            raise InvalidMessageError(f"messages[{index}].content={shorten(content)}: a string or a list of blocks")
+        out.append({"role": message["role"], "content": content})
+    return out
+
+
+def _builder(messages: list[dict], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+    blocks = [(m, b) for m in messages if isinstance(m["content"], list) for b in m["content"]]
+    made = {b.get("id") for m, b in blocks if m["role"] == "assistant" and b.get("type") == "tool_use"}
+    answered = [b.get("tool_use_id") for _, b in blocks if b.get("type") == "tool_result"]
+    for call_id in answered:
+        if not isinstance(call_id, str) or not call_id:
+            raise InvalidMessageError(f"tool_result.tool_use_id={shorten(call_id)}: needed")
+
+    def build(state: SessionState) -> list[Message]:
+        importer = importer_after(state, [c for c in answered if c not in made], _calls, options)
+        out = []
+        seq = state.last_seq
+        for original in messages:
+            role, content = original["role"], original["content"]
+            if role == "assistant" or isinstance(content, str):
+                seq += 1
+                calls = [b for b in content if b.get("type") == "tool_use"] if isinstance(content, list) else []
+                for call in calls:
+                    importer.calls[call.get("id")] = (call.get("name"), call.get("input"))
+                text = anthropic_text(content)
+                turn = importer.advance(0, role == "user" and bool(text.strip()))
+                metadata = {"anthropic": original}
+                stored = Message(f"ant-{seq}", role, text, turn, metadata=metadata)
+                out.append(with_call_keys(stored, makes=[c.get("id") for c in calls]))
+                continue
+            starts = any(b.get("type") == "text" and b.get("text") for b in content)
+            turn = importer.advance(0, starts)
+            for part in _parts(content):
+                seq += 1
+                metadata = {"anthropic": {"role": role, "content": part}}
+                if part[0].get("type") == "tool_result":
+                    call_id = part[0]["tool_use_id"]
+                    result = importer.result(
+                        f"ant-{seq}", call_id, anthropic_text(part[0].get("content", "")), metadata
+                    )
+                    out.append(with_call_keys(result, answers=call_id))
+                else:
+                    out.append(Message(f"ant-{seq}", role, anthropic_text(part), turn, metadata=metadata))
+        return out
+
+    return build
+
+
+def _parts(blocks: list[dict]) -> list[list[dict]]:
+    """A user message's blocks: each tool_result alone, the runs of other blocks together."""
+    parts: list[list[dict]] = []
+    for block in blocks:
+        if block.get("type") != "tool_result" and parts and parts[-1][0].get("type") != "tool_result":
+            parts[-1].append(block)
+        else:
+            parts.append([block])
+    return parts
+
+
+def _calls(stored: StoredMessage) -> list[tuple[Any, Any, Any]]:
+    content = ((stored.metadata or {}).get("anthropic") or {}).get("content")
+    if not isinstance(content, list):
+        return []
+    return [(b.get("id"), b.get("name"), b.get("input")) for b in content if b.get("type") == "tool_use"]
+
+
+class _AnthropicMessages:
+    """Messages API messages as a `views.View` sends them: one item per stored message."""
+
+    name = "anthropic-messages"
+
+    def unit(self, message: StoredMessage) -> Unit:
+        original = freeze((message.metadata or {}).get("anthropic"))  # shared by every caller: read-only
+        if not isinstance(original, dict) or "role" not in original:  # appended by hand
+            return Unit(
+                freeze({"role": "assistant" if message.role == "assistant" else "user", "content": message.content})
+            )
+        content = original.get("content")
+        first = content[0] if isinstance(content, list) and content else {}
+        if original["role"] == "user" and first.get("type") == "tool_result":
+            return Unit(original, answers=first.get("tool_use_id"))
+        calls = tuple(b["id"] for b in content if b.get("type") == "tool_use") if isinstance(content, list) else ()
+        return Unit(original, calls=calls)
+
+    def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
+        blocks = [b for b in item["content"] if b.get("type") != "tool_use" or b.get("id") not in dropped]
+        if not any(b.get("type") == "tool_use" for b in blocks):  # reasoning goes with the last of its calls
+            blocks = [b for b in blocks if b.get("type") not in _REASONING]
+        if not any(b.get("type") != "text" or b.get("text") for b in blocks):
+            return None
+        return freeze({**item, "content": blocks})
+
+
+ANTHROPIC_MESSAGES = _AnthropicMessages()
+
+
+def alternating(items: list[dict], cache: bool) -> list[dict]:
+    """The items as the API takes them: consecutive ones of a role merged (tool results first) and, with
+    `cache`, a breakpoint on the last block."""
+    messages: list[dict] = []
+    _merge(items, 0, messages, [])
+    return _sendable(messages, cache)
+
+
+def _merge(items: list[dict], start: int, messages: list[dict], ends: list[int]) -> None:
+    """Merge `items[start:]` onto `messages`; `ends[i]` is the index of the last item merged into message i.
+    The messages are read-only (`prunestore.frozen`), so they can be kept and shared."""
+    role = messages[-1]["role"] if messages else None
+    for index in range(start, len(items)):
+        item = items[index]
+        if item["role"] != role:
+            role = item["role"]
+            messages.append(FrozenDict(role=role, content=item["content"]))
+            ends.append(index)
+            continue
+        blocks = _blocks(messages[-1]["content"]) + _blocks(item["content"])
+        if role == "user":  # the API wants a user message's tool results first
+            blocks = [b for b in blocks if b.get("type") == "tool_result"] + [
+                b for b in blocks if b.get("type") != "tool_result"
+            ]
+        messages[-1] = FrozenDict(role=role, content=FrozenList(blocks))
+        ends[-1] = index
+
+
+def _sendable(messages: list[dict], cache: bool) -> list[dict]:
+    """A new list of the shared read-only messages, with the breakpoint on a copy of the last one."""
+    out = list(messages)
+    if cache and out:
+        blocks = _blocks(out[-1]["content"])
+        if blocks:
+            last = [*blocks[:-1], {**blocks[-1], "cache_control": dict(_BREAKPOINT)}]
+            out[-1] = {"role": out[-1]["role"], "content": last}
+    return out
+
+
+class _Merged:
+    """A session's items as last merged: the next call merges only from where the items differ."""
+
+    __slots__ = ("items", "messages", "ends")
+
+    def __init__(self, items: list[dict], messages: list[dict], ends: list[int]) -> None:
+        self.items, self.messages, self.ends = items, messages, ends
+
+
+_MERGED_SESSIONS = 256  # sessions per store whose merge is kept
+_merged_by_store: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Merged]] = weakref.WeakKeyDictionary()
+_merged_lock = threading.Lock()
+
+
+def _merged(store: Any, session: str, items: list[dict], cache: bool) -> list[dict]:
+    """`alternating(items, cache)`, reusing the messages of the previous call on the session's items that
+    are still the same objects (the view's items are shared until their row changes)."""
+    with _merged_lock:
+        kept = _merged_by_store.setdefault(store, OrderedDict())
+        last = kept.pop(session, None)
+    messages: list[dict] = []
+    ends: list[int] = []
+    if last is not None:
+        same = _same_prefix(last.items, items)
+        # The messages whose items all lie in the common prefix, but the last of them: it may merge on.
+        reuse = max(0, bisect_right(last.ends, same - 1) - 1)
+        messages, ends = last.messages[:reuse], last.ends[:reuse]
+    _merge(items, ends[-1] + 1 if ends else 0, messages, ends)
+    with _merged_lock:
+        kept[session] = _Merged(items, messages, ends)
+        while len(kept) > _MERGED_SESSIONS:
+            kept.popitem(last=False)
+    return _sendable(messages, cache)
+
+
+def _same_prefix(a: list, b: list) -> int:
+    """How many leading items two lists share, the same objects (list comparison checks identity first, in C)."""
+    if b[: len(a)] == a:
+        return len(a)
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def _blocks(content: str | list) -> list:
+    return [{"type": "text", "text": content}] if isinstance(content, str) else list(content)

@@ -1,0 +1,223 @@
+"""AnthropicHistory with the Anthropic SDK's own client, its HTTP answered by a script (no network).
+
+Each model call goes through ``client.messages.create``; the test checks the
+body the SDK sent: it is the history's prompt, valid for the API, and where
+nothing was pruned it is what the caller's own list would have sent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import Iterator
+
+import pytest
+from providers import validate_anthropic
+
+from prunestore import AsyncPruneStore, InvalidMessageError, PruneStore
+from prunestore.integrations.anthropic_messages import AnthropicHistory
+
+anthropic = pytest.importorskip("anthropic")
+httpx = pytest.importorskip("httpx2")  # the SDK's HTTP library (a fork of httpx, with the same MockTransport)
+
+
+def tool_use(call_id: str, city: str) -> dict:
+    return {"type": "tool_use", "id": call_id, "name": "weather", "input": {"city": city}}
+
+
+def reply(*blocks: dict) -> dict:
+    """A Messages API response with these content blocks."""
+    stop = "tool_use" if any(b["type"] == "tool_use" for b in blocks) else "end_turn"
+    return {
+        "id": "msg_x",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": list(blocks),
+        "stop_reason": stop,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 5},
+    }
+
+
+THINKING = {"type": "thinking", "thinking": "The user wants the weather.", "signature": "c2lnbmF0dXJl"}
+SCRIPT = [  # the model's answers, in order: two turns ask for Paris, so the first result is superseded
+    reply(THINKING, tool_use("t1", "Paris")),
+    reply({"type": "text", "text": "Sunny in Paris."}),
+    reply(tool_use("t2", "Oslo")),
+    reply({"type": "text", "text": "Snow in Oslo."}),
+    reply({"type": "text", "text": "Let me look again."}, tool_use("t3", "Paris")),
+    reply({"type": "text", "text": "Rain in Paris now."}),
+]
+
+
+class Model:
+    """The HTTP side of the Messages API: records each request body, answers from the script."""
+
+    def __init__(self, script: list[dict]) -> None:
+        self.answers: Iterator[dict] = iter(script)
+        self.bodies: list[dict] = []
+
+    def __call__(self, request):
+        self.bodies.append(json.loads(request.content))
+        return httpx.Response(200, json=next(self.answers))
+
+
+def client(model: Model):
+    return anthropic.Anthropic(api_key="test", http_client=httpx.Client(transport=httpx.MockTransport(model)))
+
+
+def without_breakpoint(messages: list[dict]) -> list[dict]:
+    """The messages without the breakpoint on the last one (which needs blocks: a string becomes a text block)."""
+    *earlier, last = copy.deepcopy(messages)
+    (*blocks, final) = last["content"]
+    final.pop("cache_control")
+    if not blocks and final["type"] == "text" and set(final) == {"type", "text"}:
+        return [*earlier, {**last, "content": final["text"]}]
+    return [*earlier, {**last, "content": [*blocks, final]}]
+
+
+def converse(history: AnthropicHistory, model: Model, questions: list[str]) -> list[dict]:
+    """The tool loop a caller writes; returns the list of messages it would keep without prunestore."""
+    sdk, plain = client(model), []
+    for question in questions:
+        step: list[dict] = [{"role": "user", "content": question}]
+        while step:
+            history.add(step)
+            plain.extend(step)
+            sent = history.messages()
+            response = sdk.messages.create(model="claude-test", max_tokens=100, messages=sent)
+            assert model.bodies[-1]["messages"] == sent  # what went over the wire is the history's prompt
+            validate_anthropic(None, sent)
+            assert sent[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+            history.add([response])  # the SDK's Message, as create returns it
+            plain.append({"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in response.content]})
+            uses = [b for b in response.content if b.type == "tool_use"]
+            results = [
+                {"type": "tool_result", "tool_use_id": u.id, "content": f"weather in {u.input['city']}"} for u in uses
+            ]
+            step = [{"role": "user", "content": results}] if results else []
+    return plain
+
+
+def test_with_nothing_pruned_the_sdk_sends_what_the_callers_list_holds(store):
+    model = Model(SCRIPT[:4])
+    history = AnthropicHistory("s", store)
+    plain = converse(history, model, ["Weather in Paris?", "And Oslo?"])
+    for body, upto in zip(model.bodies, (1, 3, 5, 7), strict=True):
+        assert without_breakpoint(body["messages"]) == plain[:upto]  # field by field, thinking and signature too
+    assert store.verify().ok
+
+
+def test_a_superseded_result_goes_with_its_call_and_its_reasoning(store):
+    model = Model(SCRIPT)
+    history = AnthropicHistory("s", store)
+    converse(history, model, ["Weather in Paris?", "And Oslo?", "Paris again?"])
+    last = model.bodies[-1]["messages"]
+    blocks = [b for m in last if isinstance(m["content"], list) for b in m["content"]]
+    assert {b["id"] for b in blocks if b["type"] == "tool_use"} == {"t2", "t3"}  # t1's result was superseded
+    assert not any(b["type"] == "thinking" for b in blocks)  # its reasoning went with it, never alone
+    assert {b["tool_use_id"] for b in blocks if b["type"] == "tool_result"} == {"t2", "t3"}
+    assert "Sunny in Paris." in json.dumps(last)  # the answer stays
+    # Another store on the session (another process) sends the same prompt.
+    with PruneStore(store.url) as other:
+        assert AnthropicHistory("s", other).messages() == history.messages()
+    assert store.verify().ok
+
+
+def test_the_reasoning_of_a_call_still_in_the_prompt_is_sent_with_it(store):
+    history = AnthropicHistory("s", store, cache=False)
+    history.add(
+        [
+            {"role": "user", "content": "Weather in Paris?"},
+            {"role": "assistant", "content": [THINKING, tool_use("t1", "Paris")]},
+        ]
+    )
+    sent = history.messages()  # the call waits for its result: it stays, with its reasoning
+    assert sent == [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": [THINKING, tool_use("t1", "Paris")]},
+    ]
+    validate_anthropic(None, sent, waiting_at_end=True)
+
+
+def test_bad_messages_are_refused_by_name(store):
+    history = AnthropicHistory("s", store)
+    with pytest.raises(InvalidMessageError, match="messages\\[0\\]"):
+        history.add([{"role": "system", "content": "x"}])
+    with pytest.raises(InvalidMessageError, match="messages="):
+        history.add({"role": "user", "content": "x"})
+    with pytest.raises(InvalidMessageError, match="tool_use_id"):
+        history.add([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}])
+    assert history.messages() == []
+
+
+def test_on_the_async_store_and_the_async_client(store_url):
+    async def main() -> None:
+        model = Model(SCRIPT[:2])
+        sdk = anthropic.AsyncAnthropic(
+            api_key="test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(model))
+        )
+        async with AsyncPruneStore(store_url) as store:
+            history = AnthropicHistory("a", store)
+            await history.aadd([{"role": "user", "content": "Weather in Paris?"}])
+            while True:
+                sent = await history.amessages()
+                response = await sdk.messages.create(model="claude-test", max_tokens=100, messages=sent)
+                assert model.bodies[-1]["messages"] == sent
+                await history.aadd([response])
+                uses = [b for b in response.content if b.type == "tool_use"]
+                if not uses:
+                    break
+                await history.aadd(
+                    [
+                        {
+                            "role": "user",
+                            "content": [{"type": "tool_result", "tool_use_id": u.id, "content": "sun"} for u in uses],
+                        }
+                    ]
+                )
+            validate_anthropic(None, await history.amessages())
+            assert len(await history.amessages()) == 4 and (await store.verify()).ok
+            with pytest.raises(TypeError, match="aadd"):
+                history.messages()
+
+    asyncio.run(main())
+
+
+def test_the_merge_kept_between_calls_equals_a_fresh_one(store):
+    """`messages()` merges only the items that changed since the session's last call: the result is a fresh merge's."""
+    from prunestore.integrations.anthropic_messages import ANTHROPIC_MESSAGES, alternating
+
+    history = AnthropicHistory("s", store)
+
+    def check() -> None:
+        sent = history.messages()
+        assert sent == alternating(store.view("s", ANTHROPIC_MESSAGES), True)
+        validate_anthropic(None, sent, waiting_at_end=True)
+
+    for n in range(12):
+        city = ["Paris", "Oslo", "Rome"][n % 3]  # every third turn supersedes an earlier result
+        history.add([{"role": "user", "content": f"Weather in {city}?"}])
+        check()
+        history.add([{"role": "assistant", "content": [{"type": "text", "text": "Looking."}, tool_use(f"t{n}", city)]}])
+        check()
+        history.add([{"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "sun"}]}])
+        check()
+        history.add([{"role": "assistant", "content": f"Answer {n}."}])
+        check()
+        if n % 2 == 0:
+            history.add([{"role": "assistant", "content": "One more thing."}])  # merges into the answer
+            check()
+        if n % 4 == 3:
+            store.pop("s")  # the items change at the end
+            check()
+            store.truncate("s", store.messages("s")[5].id)  # and in the middle
+            check()
+    sent = history.messages()
+    with pytest.raises(TypeError, match="read-only"):  # shared with the cache: a change is refused
+        sent[0]["content"] = "changed by the caller"
+    mine = copy.deepcopy(sent)
+    mine[0]["content"] = "changed by the caller"
+    assert history.messages() == sent
