@@ -86,8 +86,8 @@ class PromptCosts:
     expired: int = 0  # turns that found the previous prompt gone from the cache (`Prices.ttl`)
 
 
-def _common_prefix(a: list, b: list) -> int:
-    """Length of the longest common prefix of two lists (list comparison runs in C)."""
+def common_prefix(a: list, b: list) -> int:
+    """Length of the longest common prefix of two lists (list comparison runs in C, identity first)."""
     if b[: len(a)] == a:
         return len(a)
     lo, hi = 0, min(len(a), len(b))
@@ -117,7 +117,7 @@ def prompt_costs(
         keys = [key for key, _ in prompt]
         sizes = [tokens for _, tokens in prompt]
         size = sum(sizes)
-        shared = _common_prefix(previous, keys)
+        shared = common_prefix(previous, keys)
         breaks += shared < len(previous)
         if previous and chosen.expired(sent_before, sent):
             shared, expired = 0, expired + 1

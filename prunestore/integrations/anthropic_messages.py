@@ -42,6 +42,7 @@ from ..errors import InvalidMessageError, SessionNotFoundError, shorten
 from ..formats.text import anthropic_text
 from ..frozen import FrozenDict, FrozenList, freeze
 from ..model import Message, StoredMessage
+from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
@@ -272,7 +273,7 @@ def _merged(store: Any, session: str, items: list[dict], cache: bool) -> list[di
     messages: list[dict] = []
     ends: list[int] = []
     if last is not None:
-        same = _same_prefix(last.items, items)
+        same = common_prefix(last.items, items)
         # The messages whose items all lie in the common prefix, but the last of them: it may merge on.
         reuse = max(0, bisect_right(last.ends, same - 1) - 1)
         messages, ends = last.messages[:reuse], last.ends[:reuse]
@@ -282,20 +283,6 @@ def _merged(store: Any, session: str, items: list[dict], cache: bool) -> list[di
         while len(kept) > _MERGED_SESSIONS:
             kept.popitem(last=False)
     return _sendable(messages, cache)
-
-
-def _same_prefix(a: list, b: list) -> int:
-    """How many leading items two lists share, the same objects (list comparison checks identity first, in C)."""
-    if b[: len(a)] == a:
-        return len(a)
-    lo, hi = 0, min(len(a), len(b))
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
-            lo = mid
-        else:
-            hi = mid - 1
-    return lo
 
 
 def _blocks(content: str | list) -> list:
