@@ -12,6 +12,7 @@ still remove; every message in the prompt has the definers it needs in it.
 from __future__ import annotations
 
 import itertools
+import json
 from datetime import timedelta
 
 import pytest
@@ -149,3 +150,31 @@ def test_an_evicted_message_says_which_removal_event_evicted_it(open_store):
         assert f"at the removal event of turn {evicted_at[message_id]}" in why.reason
     store.rebuild()  # a rebuild clears the journal: the event is no longer known, and nothing pretends it is
     assert store.explain("e", next(iter(was))).evicted_at_turn is None
+
+
+@pytest.mark.parametrize("policy", [BUDGETED[1], BUDGETED[5], BUDGETED[-1]], ids=["budget", "definers", "ttl"])
+@settings(max_examples=10)
+@given(data=st.data())
+def test_an_import_under_a_budget_gives_what_appends_give(store_url, tmp_path_factory, policy, data):
+    """`import_files` rebuilds message states and runs the prompt keeper batch by batch: the same fold."""
+    from prunestore import PruneStore
+    from prunestore.importer import import_files
+    from prunestore.jsonl import to_json
+
+    ms = data.draw(sessions(min_size=1, max_size=24))
+    batch_size = data.draw(st.integers(1, 7))
+    session = f"i{next(_names)}"
+    path = tmp_path_factory.mktemp("import") / "session.jsonl"
+    path.write_text("".join(json.dumps({"session": session, **to_json(m)}) + "\n" for m in ms))
+    with PruneStore(store_url, policy=policy) as store:
+        import_files(store, [path], batch_size=batch_size)
+        expected = prune(ms, policy=policy)
+        assert {m.id: m.verdict for m in store.messages(session)} == expected.verdicts
+        stats = store.stats(session)
+        assert (stats.events, stats.comebacks, stats.late_joins) == (
+            expected.events,
+            expected.comebacks,
+            expected.late_joins,
+        )
+        assert [m.to_message() for m in store.messages(session)] == ms
+        assert store.verify(session).ok
