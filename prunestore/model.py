@@ -185,6 +185,15 @@ def from_micros(value: int) -> datetime:
     return EPOCH + timedelta(microseconds=value)
 
 
+def past_ttl(before: datetime | int | None, at: datetime | int | None, ttl: int | None) -> bool:
+    """Whether `at` comes more than `ttl` seconds after `before`: the prompt cache's expiry
+    (docs/semantics.md, "Cache expiry"). Times are datetimes, or stored microseconds; False where one is unknown."""
+    if ttl is None or before is None or at is None:
+        return False
+    gap: Any = at - before  # type: ignore[operator]  # both datetimes or both microseconds
+    return bool(gap > (timedelta(seconds=ttl) if isinstance(gap, timedelta) else ttl * 1_000_000))
+
+
 MAX_TURN = 2**63 - 1  # turns are stored as 64-bit integers
 
 

@@ -16,9 +16,10 @@ import itertools
 import math
 from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from .errors import InvalidArgumentError, shorten
+from .model import past_ttl
 
 __all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices"]
 
@@ -47,9 +48,7 @@ class Prices:
 
     def expired(self, before: datetime | None, at: datetime | None) -> bool:
         """Whether a prompt sent at `at` finds the one sent at `before` gone from the cache (False where unknown)."""
-        return (
-            self.ttl is not None and before is not None and at is not None and at - before > timedelta(seconds=self.ttl)
-        )
+        return past_ttl(before, at, self.ttl)
 
 
 PRICES = {

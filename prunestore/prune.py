@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import timedelta
 from functools import cached_property
 from typing import Protocol, TypeVar
 
@@ -27,6 +26,7 @@ from .model import (
     Policy,
     effective_defines,
     effective_refs,
+    past_ttl,
 )
 from .text import count_tokens, normalize
 from .tokens import message_tokens
@@ -255,10 +255,7 @@ def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens
 
 def _idle(ms: Sequence[Message], i: int, policy: Policy) -> bool:
     """Whether message `i` comes more than `cache_ttl` seconds after the one before it (both times known)."""
-    if policy.cache_ttl is None or i == 0:
-        return False
-    at, before = ms[i].at, ms[i - 1].at
-    return at is not None and before is not None and at - before > timedelta(seconds=policy.cache_ttl)
+    return i > 0 and past_ttl(ms[i - 1].at, ms[i].at, policy.cache_ttl)
 
 
 @dataclass(frozen=True)

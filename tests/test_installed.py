@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 INTEGRATION_TESTS = [
     "test_examples.py",
     "test_langchain.py",
+    "test_langchain_agents.py",
     "test_openai_agents.py",
     "test_anthropic_messages.py",
     "test_web_app.py",

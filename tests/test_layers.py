@@ -195,6 +195,7 @@ PUBLIC = {
     "prunestore.showcase.workloads",
     "prunestore.showcase.costs",
     "prunestore.integrations.langchain",
+    "prunestore.integrations.langchain_agents",
     "prunestore.integrations.openai_agents",
     "prunestore.integrations.openai_chat",
     "prunestore.integrations.anthropic_messages",

@@ -29,7 +29,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable
 
-from ..model import DUPLICATE, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
+from ..model import DUPLICATE, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy, past_ttl
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows
@@ -265,7 +265,7 @@ class Maintainer:
             return False
         if not self._last_at_known:
             self._last_at, self._last_at_known = self.rows.time_of(self.last_seq), True
-        return self._last_at is not None and state.at - self._last_at > ttl * 1_000_000
+        return past_ttl(self._last_at, state.at, ttl)
 
     def append(self, state: MsgState) -> None:
         """Apply one new message, given as a state with its effective keys filled in.

@@ -112,6 +112,7 @@ LOCK_SESSION_WITH_IDS_PG = Statement(
     + " FOR UPDATE OF s"
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
+ID_AT = Statement("SELECT id FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 INSERT_SESSION = Statement(
     "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at, "
     "policy_generation, comebacks, late_joins) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled, 0, 0) "

@@ -19,6 +19,7 @@ from ..model import StoredMessage
 from .driver import Driver, Statement
 from .rows import (
     DEFINERS,
+    ID_AT,
     INSERT_SESSION,
     LOCK_SESSION_PG,
     LOCK_SESSION_WITH_IDS_PG,
@@ -181,6 +182,17 @@ class SessionState:
             return {}
         rows = self._driver.chunks(DEFINERS, {"sid": self._sid}, "keys", wanted)
         return dict(map(keyed_message, rows))
+
+    def last_id(self) -> str | None:
+        """The id of the session's last message (None while it has none): one indexed read."""
+        return self._driver.scalar(ID_AT, {"sid": self._sid, "seq": self.last_seq}) if self.last_seq else None
+
+    def stored(self, ids: Iterable[str]) -> set[str]:
+        """Which of `ids` the session holds: a read of each, for writers that cannot tell from `last_id`."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted or not self.last_seq:
+            return set()
+        return {stored_message(r).id for r in self._driver.chunks(MESSAGES_BY_ID, {"sid": self._sid}, "ids", wanted)}
 
 
 # The rows a session derives from its messages, and then the rest of its rows, its own row last.

@@ -1,0 +1,139 @@
+"""A middleware for LangChain v1 agents: the model sees the thread's pruned history, the checkpointer keeps it whole.
+
+Needs ``langchain`` 1.x (``pip install '.[langchain]'``). Give it to
+``create_agent(..., middleware=[PruneStoreMiddleware(store)])``: before
+each model call it appends the agent state's new messages to the store
+session of the LangGraph thread, then calls the model with the store's
+prompt in place of the state's messages. The state, and so the
+checkpointer, is never edited.
+
+Appends are idempotent by message id (LangGraph gives every message in the
+state one): a node that runs again (a retry, a resume after an interrupt,
+another process on the same thread) appends nothing twice. Messages are
+stored and pruned as `PrunedChatMessageHistory` stores them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain_core.messages import BaseMessage
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"PruneStoreMiddleware needs langchain 1.x ({exc.name} is missing): install the langchain extra "
+        "(python -m pip install '.[langchain]' in prunestore's folder)",
+        name=exc.name,
+    ) from exc
+
+from ..aio import AsyncPruneStore
+from ..errors import InvalidArgumentError
+from ..model import Message
+from ..sql.sessions import SessionState
+from ..store import PruneStore
+from ._langchain_messages import LANGCHAIN, builder
+from ._shared import blocking, on_store
+
+__all__ = ["PruneStoreMiddleware"]
+
+SessionName = str | Callable[[Any], str] | None
+
+
+class PruneStoreMiddleware(AgentMiddleware):
+    """Prune what a ``create_agent`` agent's model sees, keeping the thread's full state in its checkpointer.
+
+    `store` is a `PruneStore` (for ``invoke``/``stream``; ``ainvoke`` runs it
+    in a worker thread) or an `AsyncPruneStore` (``ainvoke``/``astream``
+    only). `session` names the store session: by default the thread's
+    ``thread_id``, so the agent needs a checkpointer and a thread; an agent
+    running inside another graph's node (a subagent called from a tool) gets
+    a session of its own per call, named after the thread and the node. A
+    string fixes the name; a function of the LangGraph ``Runtime`` computes
+    it. Keyword options (``document_tools``, ``keep_tools``, ``ttl``,
+    ``keys_of``) say how tool results are pruned, as for `from_openai`.
+
+    The messages handed to the model are shared with the store's cache: a
+    middleware placed after this one must copy a message before changing it.
+    """
+
+    def __init__(self, store: PruneStore | AsyncPruneStore, *, session: SessionName = None, **options: Any) -> None:
+        super().__init__()
+        self.store = store
+        self.session = session
+        self.options = options
+
+    def session_of(self, runtime: Any) -> str:
+        """The store session of the thread `runtime` runs in."""
+        if isinstance(self.session, str):
+            return self.session
+        if self.session is not None:
+            return self.session(runtime)
+        info = getattr(runtime, "execution_info", None)
+        thread = getattr(info, "thread_id", None)
+        if thread is None or thread == "":
+            raise InvalidArgumentError(
+                "thread_id=None: PruneStoreMiddleware keys the store by the LangGraph thread; give the agent a "
+                "checkpointer and invoke it with config={'configurable': {'thread_id': ...}}, or name the "
+                "session with PruneStoreMiddleware(store, session=...)"
+            )
+        caller = str(getattr(info, "checkpoint_ns", "") or "").rpartition("|")[0]
+        return f"{thread}|{caller}" if caller else str(thread)
+
+    # -- the model call ---------------------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], ModelResponse]
+    ) -> ModelResponse | Any:
+        store = self._blocking()
+        name = self.session_of(request.runtime)
+        store.append_with(name, _new_messages(request.state["messages"], self.options))
+        return handler(request.override(messages=list(store.view(name, LANGCHAIN))))
+
+    async def awrap_model_call(
+        self, request: ModelRequest, handler: Callable[[ModelRequest], Awaitable[ModelResponse]]
+    ) -> ModelResponse | Any:
+        name = self.session_of(request.runtime)
+        await on_store(self.store, "append_with", name, _new_messages(request.state["messages"], self.options))
+        prompt = await on_store(self.store, "view", name, LANGCHAIN)
+        return await handler(request.override(messages=list(prompt)))
+
+    # -- the run's last messages ---------------------------------------------------
+
+    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        """Store the run's final answer now, not at the thread's next model call."""
+        self._blocking().append_with(self.session_of(runtime), _new_messages(state["messages"], self.options))
+        return None
+
+    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
+        build = _new_messages(state["messages"], self.options)
+        await on_store(self.store, "append_with", self.session_of(runtime), build)
+        return None
+
+    def _blocking(self) -> PruneStore:
+        return blocking(self.store, "the agent's async methods (ainvoke, astream)")
+
+
+def _new_messages(messages: Sequence[BaseMessage], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+    """The builder that appends, under the session's lock, the messages of `messages` the session lacks.
+
+    The state's messages are the session's, in order, plus new ones at the end: the session's last
+    message is found in the state (one indexed read), and what follows it is new. Where it is not
+    there (the state was rewritten, or another writer appended), each id is looked up.
+    """
+
+    def id_at(place: int) -> str:
+        return messages[place].id or f"lc-at-{place}"
+
+    def build(state: SessionState) -> list[Message]:
+        last, places = state.last_id(), range(len(messages) - 1, -1, -1)
+        start = next((place + 1 for place in places if id_at(place) == last), None) if last else 0
+        if start is None:
+            stored = state.stored(map(id_at, range(len(messages))))
+            new = [place for place in range(len(messages)) if id_at(place) not in stored]
+        else:
+            new = list(range(start, len(messages)))
+        return builder([messages[i] for i in new], options, list(map(id_at, new)))(state) if new else []
+
+    return build

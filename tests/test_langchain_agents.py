@@ -1,0 +1,413 @@
+"""PruneStoreMiddleware in real LangChain v1 agents (`create_agent`) over real LangGraph checkpointers.
+
+The model is LangChain's `GenericFakeChatModel` answering from a script
+(tool calls included), so every run is offline and repeatable. After every
+model call a middleware placed inside ours checks what the model is about to
+get: provider-valid, equal to the store's prompt read through another store
+object, and `verify` ok. Where nothing is pruned, the model must get what it
+gets without prunestore, field by field.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from langchain.agents import create_agent
+from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_openai_messages
+from langchain_core.tools import tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.types import Command
+from providers import validate_openai
+
+from prunestore import AsyncPruneStore, Policy, PruneStore
+from prunestore.errors import InvalidArgumentError
+from prunestore.integrations.langchain import LANGCHAIN, PruneStoreMiddleware
+
+THREAD = {"configurable": {"thread_id": "thread-1"}}
+
+
+class ScriptedModel(GenericFakeChatModel):
+    """The fake chat model, able to take tools (it answers from its script whatever the tools)."""
+
+    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
+        return self
+
+
+@tool
+def ls(path: str) -> str:
+    """List a folder."""
+    return f"{path}: " + " ".join(f"file{i}.csv" for i in range(40))
+
+
+@tool
+def rm(path: str) -> str:
+    """Remove a file."""
+    return f"removed {path}"
+
+
+def call(*calls: tuple[str, str], text: str = "") -> AIMessage:
+    """A model reply making tool calls, each (call id, path) to `ls`."""
+    return AIMessage(text, tool_calls=[{"name": "ls", "args": {"path": p}, "id": c} for c, p in calls])
+
+
+def say(text: str) -> AIMessage:
+    return AIMessage(text)
+
+
+class Checked(AgentMiddleware):
+    """Inside PruneStoreMiddleware: records each model request and checks it against the store."""
+
+    def __init__(self, url: str | None, session: str = "thread-1") -> None:
+        super().__init__()
+        self.checker = PruneStore(url) if url else None
+        self.session = session
+        self.prompts: list[list[BaseMessage]] = []
+        self.events: list[int] = []
+
+    def _check(self, request: Any) -> None:
+        self.prompts.append(list(request.messages))
+        validate_openai(convert_to_openai_messages(list(request.messages)))
+        if self.checker is not None:
+            assert request.messages == self.checker.view(self.session, LANGCHAIN)
+            assert self.checker.verify(self.session).ok
+            self.events.append(self.checker.stats(self.session).events)
+
+    def wrap_model_call(self, request: Any, handler: Any) -> Any:
+        self._check(request)
+        return handler(request)
+
+    async def awrap_model_call(self, request: Any, handler: Any) -> Any:
+        await asyncio.to_thread(self._check, request)
+        return await handler(request)
+
+    def close(self) -> None:
+        if self.checker is not None:
+            self.checker.close()
+
+
+def agent_with(
+    replies: list[AIMessage], checked: Checked, store: Any = None, checkpointer: Any = None, **kwargs: Any
+) -> Any:
+    middleware: list[Any] = [PruneStoreMiddleware(store, **kwargs)] if store is not None else []
+    return create_agent(
+        ScriptedModel(messages=iter(replies)),
+        tools=[ls, rm],
+        system_prompt="Be brief.",
+        middleware=[*middleware, checked],
+        checkpointer=checkpointer if checkpointer is not None else InMemorySaver(),
+    )
+
+
+@contextmanager
+def checkpointer_for(backend: str, store_url: str, tmp_path: Path) -> Iterator[Any]:
+    """A persistent checkpointer beside the store: SqliteSaver next to SQLite, PostgresSaver next to PostgreSQL."""
+    if backend == "sqlite":
+        with SqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+            yield saver
+        return
+    from langgraph.checkpoint.postgres import PostgresSaver
+
+    with PostgresSaver.from_conn_string(store_url.replace("postgresql+psycopg://", "postgresql://")) as saver:
+        saver.setup()
+        yield saver
+
+
+def ask(agent: Any, text: str, config: dict = THREAD) -> dict:
+    return agent.invoke({"messages": [HumanMessage(text)]}, config)
+
+
+# A session of three questions: a tool loop, the same call again (its first result is superseded), parallel calls.
+TOOL_LOOP = [
+    call(("c1", "/data")),
+    call(("c2", "/logs"), ("c3", "/tmp")),
+    say("Data, logs and tmp listed."),
+    call(("c4", "/data")),
+    say("Same as before."),
+    call(("c5", "/logs"), ("c6", "/srv")),
+    say("Done."),
+]
+QUESTIONS = ["What is in /data?", "And /data again?", "And /logs and /srv?"]
+
+
+def ids_without(messages: list[BaseMessage]) -> list[BaseMessage]:
+    """The messages with the ids LangGraph and the model's run ids draw at random taken out."""
+    return [m.model_copy(update={"id": None}) for m in messages]
+
+
+# -- nothing to prune: what LangChain gives ----------------------------------------------
+
+
+def test_with_nothing_to_prune_the_model_gets_what_langchain_gives(store_url):
+    replies = [call(("c1", "/data")), call(("c2", "/logs"), ("c3", "/tmp")), say("Listed."), say("Hello again.")]
+    plain, ours = Checked(None), Checked(store_url)
+    store = PruneStore(store_url)
+    try:
+        for checked, with_store in ((plain, None), (ours, store)):
+            agent = agent_with(replies, checked, with_store)
+            ask(agent, "List /data, /logs and /tmp.")
+            ask(agent, "Hi.")
+        assert len(ours.prompts) == len(plain.prompts) == 4
+        for got, expected in zip(ours.prompts, plain.prompts, strict=True):
+            assert ids_without(got) == ids_without(expected)
+            assert [type(m) for m in got] == [type(m) for m in expected]
+    finally:
+        store.close()
+        ours.close()
+
+
+# -- pruning in a tool loop, over a persistent checkpointer --------------------------------
+
+
+def test_a_superseded_result_leaves_the_prompt_but_not_the_checkpoint(store_url, backend, tmp_path):
+    checked = Checked(store_url)
+    store = PruneStore(store_url)
+    try:
+        with checkpointer_for("sqlite" if backend == "sqlite" else "postgres", store_url, tmp_path) as saver:
+            agent = agent_with(TOOL_LOOP, checked, store, saver)
+            for question in QUESTIONS:
+                state = ask(agent, question)
+        assert len(checked.prompts) == len(TOOL_LOOP)
+        kept = {m.tool_call_id for m in checked.prompts[-1] if m.type == "tool"}
+        assert kept == {"c3", "c4", "c5", "c6"}  # c4 listed /data again, c5 /logs
+        assert {"c1", "c2"} <= {m.tool_call_id for m in state["messages"] if m.type == "tool"}  # still checkpointed
+        # every message of the thread is stored once, under LangGraph's id, in the thread's order
+        assert [m.id for m in store.messages("thread-1")] == [m.id for m in state["messages"]]
+        assert store.verify("thread-1").ok
+    finally:
+        store.close()
+        checked.close()
+
+
+@pytest.mark.parametrize("api", ["async", "sync store in a thread"])
+def test_async_agents(store_url, api):
+    async def run() -> tuple[list, list]:
+        store: Any = AsyncPruneStore(store_url) if api == "async" else PruneStore(store_url)
+        checked = Checked(store_url)
+        try:
+            agent = agent_with(TOOL_LOOP, checked, store)
+            for question in QUESTIONS:
+                state = await agent.ainvoke({"messages": [HumanMessage(question)]}, THREAD)
+            stored = await store.messages("thread-1") if api == "async" else store.messages("thread-1")
+            return [m.id for m in stored], [m.id for m in state["messages"]]
+        finally:
+            await store.close() if api == "async" else store.close()
+            checked.close()
+
+    stored, thread = asyncio.run(run())
+    assert stored == thread and len(thread) == 3 + len(TOOL_LOOP) + 6
+
+
+def test_a_blocking_agent_on_an_async_store_is_told_to_use_ainvoke(store_url):
+    async def make() -> AsyncPruneStore:
+        return AsyncPruneStore(store_url)
+
+    store = asyncio.run(make())
+    agent = agent_with([say("hi")], Checked(None), store)
+    with pytest.raises(TypeError, match="ainvoke"):
+        ask(agent, "Hi.")
+
+
+# -- the cache: between removal events, each prompt begins with the previous one ----------------
+
+
+def test_between_events_every_prompt_begins_with_the_previous_one(store_url, backend, tmp_path):
+    """A persistent checkpointer and a budget: no model call rewrites the prompt's past except at an event."""
+    paths = [f"/d{i % 5}" for i in range(30)]  # the same five folders again and again: superseded results
+    replies = [call((f"c{i}", p)) for i, p in enumerate(paths)] + [say("All listed.")]
+    store = PruneStore(store_url, policy=Policy(budget=1500, clear_at_least=600))
+    checked = Checked(store_url)
+    try:
+        with checkpointer_for("sqlite" if backend == "sqlite" else "postgres", store_url, tmp_path) as saver:
+            ask(agent_with(replies, checked, store, saver), "List these folders, one by one.")
+        calls = range(1, len(checked.prompts))
+        steady = [
+            (checked.prompts[i - 1], checked.prompts[i]) for i in calls if checked.events[i - 1] == checked.events[i]
+        ]
+        assert checked.events[-1] >= 2 and len(steady) >= 10
+        for before, after in steady:
+            assert after[: len(before)] == before
+        assert all(len(p) < 30 for p in checked.prompts[-3:])  # the budget held the prompt down
+    finally:
+        store.close()
+        checked.close()
+
+
+# -- interrupts, and two processes on one thread ----------------------------------------------
+
+
+def test_an_interrupt_and_its_resume_append_each_message_once(store_url):
+    checked = Checked(store_url)
+    store = PruneStore(store_url)
+    replies = [
+        AIMessage("", tool_calls=[{"name": "rm", "args": {"path": "/tmp/a"}, "id": "r1"}]),
+        say("Removed."),
+    ]
+    try:
+        agent = create_agent(
+            ScriptedModel(messages=iter(replies)),
+            tools=[ls, rm],
+            middleware=[PruneStoreMiddleware(store), checked, HumanInTheLoopMiddleware(interrupt_on={"rm": True})],
+            checkpointer=InMemorySaver(),
+        )
+        paused = ask(agent, "Remove /tmp/a.")
+        assert "__interrupt__" in paused
+        assert [m.id for m in store.messages("thread-1")] == [m.id for m in paused["messages"][:1]]
+        state = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), THREAD)
+        assert [m.type for m in state["messages"]] == ["human", "ai", "tool", "ai"]
+        assert [m.id for m in store.messages("thread-1")] == [m.id for m in state["messages"]]
+        assert store.verify("thread-1").ok
+    finally:
+        store.close()
+        checked.close()
+
+
+_OTHER_PROCESS = textwrap.dedent(
+    """
+    import sys
+    from langchain.agents import create_agent
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.checkpoint.sqlite import SqliteSaver
+    from prunestore import PruneStore
+    from prunestore.integrations.langchain import PruneStoreMiddleware
+
+    class ScriptedModel(GenericFakeChatModel):
+        def bind_tools(self, tools, **kwargs):
+            return self
+
+    store_url, checkpoints = sys.argv[1], sys.argv[2]
+    store = PruneStore(store_url)
+    with SqliteSaver.from_conn_string(checkpoints) as saver:
+        agent = create_agent(
+            ScriptedModel(messages=iter([AIMessage("From the other process.")])),
+            middleware=[PruneStoreMiddleware(store)],
+            checkpointer=saver,
+        )
+        agent.invoke({"messages": [HumanMessage("Are you there?")]}, {"configurable": {"thread_id": "thread-1"}})
+    store.close()
+    """
+)
+
+
+def test_two_processes_on_one_thread(store_url, tmp_path):
+    checkpoints = str(tmp_path / "checkpoints.db")
+    script = tmp_path / "other.py"
+    script.write_text(_OTHER_PROCESS)
+    store = PruneStore(store_url)
+    try:
+        with SqliteSaver.from_conn_string(checkpoints) as saver:
+            ask(agent_with(TOOL_LOOP[:3], Checked(None), store, saver), "List /data.")
+        done = subprocess.run(
+            [sys.executable, str(script), store_url, checkpoints], capture_output=True, text=True, env=os.environ
+        )
+        assert done.returncode == 0, done.stderr
+        with SqliteSaver.from_conn_string(checkpoints) as saver:
+            checked = Checked(store_url)
+            state = ask(agent_with([say("Back here.")], checked, store, saver), "Still there?")
+            checked.close()
+        assert [m.content for m in state["messages"][-4:]] == [
+            "Are you there?",
+            "From the other process.",
+            "Still there?",
+            "Back here.",
+        ]
+        assert [m.id for m in store.messages("thread-1")] == [m.id for m in state["messages"]]
+        assert store.verify("thread-1").ok
+    finally:
+        store.close()
+
+
+# -- naming the session ---------------------------------------------------------------------
+
+
+def test_without_a_thread_the_session_must_be_named(store_url):
+    store = PruneStore(store_url)
+    try:
+        agent = create_agent(
+            ScriptedModel(messages=iter([say("hi"), say("hi")])), middleware=[PruneStoreMiddleware(store)]
+        )
+        with pytest.raises(InvalidArgumentError, match="thread_id"):
+            agent.invoke({"messages": [HumanMessage("Hi.")]})
+        named = create_agent(
+            ScriptedModel(messages=iter([say("hi")])), middleware=[PruneStoreMiddleware(store, session="mine")]
+        )
+        named.invoke({"messages": [HumanMessage("Hi.")]})
+        assert [m.content for m in store.messages("mine")] == ["Hi.", "hi"]
+    finally:
+        store.close()
+
+
+def test_a_subagent_called_from_a_tool_gets_a_session_of_its_own(store_url):
+    store = PruneStore(store_url)
+    sub = create_agent(ScriptedModel(messages=iter([say("Sub answer.")])), middleware=[PruneStoreMiddleware(store)])
+
+    @tool
+    def helper(question: str) -> str:
+        """Ask the helper agent."""
+        return sub.invoke({"messages": [HumanMessage(question)]})["messages"][-1].content
+
+    try:
+        main = create_agent(
+            ScriptedModel(
+                messages=iter(
+                    [AIMessage("", tool_calls=[{"name": "helper", "args": {"question": "q?"}, "id": "h1"}]), say("ok")]
+                )
+            ),
+            tools=[helper],
+            middleware=[PruneStoreMiddleware(store)],
+            checkpointer=InMemorySaver(),
+        )
+        ask(main, "Use the helper.")
+        sessions = {name: len(store.messages(name)) for name in store.sessions()}
+        assert sessions.pop("thread-1") == 4
+        [(name, count)] = sessions.items()
+        assert name.startswith("thread-1|") and count == 2
+    finally:
+        store.close()
+
+
+# -- generated tool loops ---------------------------------------------------------------------
+
+
+@st.composite
+def tool_loops(draw: Any) -> list[list[AIMessage]]:
+    """Turns of model replies: steps of one to three parallel `ls` calls over a few folders, then an answer."""
+    turns = []
+    for t in range(draw(st.integers(1, 4))):
+        steps = draw(st.lists(st.lists(st.sampled_from(["/a", "/b", "/c"]), min_size=1, max_size=3), max_size=4))
+        replies = [call(*((f"c{t}-{s}-{n}", p) for n, p in enumerate(step))) for s, step in enumerate(steps)]
+        turns.append([*replies, say(f"Answer {t}.")])
+    return turns
+
+
+@settings(max_examples=8)
+@given(turns=tool_loops())
+def test_generated_tool_loops_stay_valid_and_equal_the_batch(store_url, turns):
+    thread = f"thread-{uuid.uuid4().hex[:8]}"
+    store = PruneStore(store_url, policy=Policy(budget=600, clear_at_least=200))
+    checked = Checked(store_url, thread)
+    try:
+        agent = agent_with([reply for replies in turns for reply in replies], checked, store)
+        for t in range(len(turns)):
+            state = ask(agent, f"Question {t}.", {"configurable": {"thread_id": thread}})
+        assert len(checked.prompts) == sum(map(len, turns))
+        assert [m.id for m in store.messages(thread)] == [m.id for m in state["messages"]]
+        assert store.verify(thread).ok
+    finally:
+        store.close()
+        checked.close()
