@@ -74,8 +74,8 @@ def main() -> None:
         for turn in range(start, start + 3):
             turns.append(turn)
             state = agent.invoke({"messages": [HumanMessage(f"Write report {turn}.")]}, THREAD)
-            prompt = store.view("files-agent", LANGCHAIN)  # what the model saw last, and its answer
-            print(f"Write report {turn}. the model saw {len(prompt) - 1} of {len(state['messages']) - 1} messages")
+            prompt = store.view("files-agent", LANGCHAIN)  # what the model saw last
+            print(f"Write report {turn}. the model saw {len(prompt)} of {len(state['messages']) - 1} messages")
         listings = [m for m in prompt if isinstance(m, ToolMessage) and m.tool_call_id.startswith("list")]
         print(f"file listings in the prompt: {len(listings)} (older ones were superseded)")
         print(f"checkpointed: {len(state['messages'])} messages, untouched")

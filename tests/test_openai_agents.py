@@ -12,12 +12,14 @@ import asyncio
 import itertools
 import json
 import threading
+from typing import Any
 
 import pytest
-from agents import Agent, Runner, SQLiteSession, function_tool, set_tracing_disabled
+from agents import Agent, RunConfig, Runner, SQLiteSession, function_tool, set_tracing_disabled
 from agents.items import ModelResponse
 from agents.memory import SessionSettings
 from agents.models.interface import Model
+from agents.run_config import CallModelData, ModelInputData
 from agents.usage import Usage
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
@@ -261,6 +263,80 @@ def test_a_call_and_its_output_through_different_session_objects(open_session):
         await second.add_items([output("c2")])
         items = await first.get_items()
         assert [i["call_id"] for i in items] == ["c2", "c2"]  # the same call again: the first went
+
+    run(main())
+
+
+# -- pruning inside a run --------------------------------------------------------------------
+
+
+def test_a_run_is_pruned_between_its_own_model_calls(open_session):
+    """The SDK reads the session once per run; the filter sends each of the run's calls the session's prompt."""
+
+    async def main() -> None:
+        session, theirs = open_session("loop")
+        sent: list[list] = []
+
+        async def recorded(data):
+            chosen = await session.model_input_filter(data)
+            sent.append(await session.get_items())
+            return chosen
+
+        script = [call("c1"), call("c2"), call("c3"), say("Done."), call("c4", "/logs"), say("Logs listed.")]
+        pruned, whole = ScriptedModel(script), ScriptedModel(script)
+        for model, used, config in (
+            (pruned, session, RunConfig(call_model_input_filter=recorded)),
+            (whole, theirs, RunConfig()),
+        ):
+            agent = Agent(name="files", instructions="You list files.", model=model, tools=[list_files])
+            await Runner.run(agent, "List the files.", session=used, run_config=config)
+            await Runner.run(agent, "And the logs?", session=used, run_config=config)
+        assert [_calls_sent(i) for i in whole.inputs[:4]] == [[], ["c1"], ["c1", "c2"], ["c1", "c2", "c3"]]
+        assert [_calls_sent(i) for i in pruned.inputs] == [[], ["c1"], ["c2"], ["c3"], ["c3"], ["c3", "c4"]]
+        assert [list(i) for i in pruned.inputs] == sent  # each call got the session's prompt of that moment
+        for model_input in pruned.inputs:
+            assert_paired(model_input)
+        store = session.store
+        report = await store.verify("loop") if isinstance(store, AsyncPruneStore) else store.verify("loop")
+        assert report.ok
+
+    run(main())
+
+
+def test_with_nothing_to_prune_the_filter_sends_what_the_sdk_sends(open_session):
+    async def main() -> None:
+        session, theirs = open_session("plain")
+        script = [call("c1", "/a"), call("c2", "/b"), say("Two folders."), say("Hello.")]
+        ours, sdk = ScriptedModel(script), ScriptedModel(script)
+        for model, used, config in (
+            (ours, session, RunConfig(call_model_input_filter=session.model_input_filter)),
+            (sdk, theirs, RunConfig()),
+        ):
+            agent = Agent(name="files", instructions="You list files.", model=model, tools=[list_files])
+            await Runner.run(agent, "List /a and /b.", session=used, run_config=config)
+            await Runner.run(agent, "Hi.", session=used, run_config=config)
+        assert len(ours.inputs) == len(sdk.inputs) == 4
+        for got, expected in zip(ours.inputs, sdk.inputs, strict=True):
+            assert json.loads(json.dumps(got)) == json.loads(json.dumps(expected))
+
+    run(main())
+
+
+def test_a_step_the_session_does_not_hold_yet_goes_as_given(open_session):
+    async def main() -> None:
+        session, _ = open_session("behind")
+        await session.add_items([{"role": "user", "content": "Hi"}, call("c1").model_dump(exclude_unset=True)])
+        await session.add_items([output("c1")])
+        stored = await session.get_items()
+        agent = Agent(name="files")
+        newer: list[Any] = [*map(dict, stored), {"role": "user", "content": "not stored yet"}]
+        given = ModelInputData(input=newer, instructions="x")
+        chosen = await session.model_input_filter(CallModelData(model_data=given, agent=agent, context=None))
+        assert chosen is given
+        older: list[Any] = [{"role": "user", "content": "an old copy"}, *map(dict, stored)]
+        held = ModelInputData(input=older, instructions="x")
+        chosen = await session.model_input_filter(CallModelData(model_data=held, agent=agent, context=None))
+        assert chosen.input == stored and chosen.instructions == "x"
 
     run(main())
 

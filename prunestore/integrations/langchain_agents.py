@@ -5,7 +5,9 @@ Needs ``langchain`` 1.x (``pip install '.[langchain]'``). Give it to
 each model call it appends the agent state's new messages to the store
 session of the LangGraph thread, then calls the model with the store's
 prompt in place of the state's messages. The state, and so the
-checkpointer, is never edited.
+checkpointer, is never edited. A run's last answer is stored at the
+thread's next model call: a hook after the run would cost every run one
+more checkpoint of the whole state.
 
 Appends are idempotent by message id (LangGraph gives every message in the
 state one): a node that runs again (a retry, a resume after an interrupt,
@@ -98,18 +100,6 @@ class PruneStoreMiddleware(AgentMiddleware):
         await on_store(self.store, "append_with", name, _new_messages(request.state["messages"], self.options))
         prompt = await on_store(self.store, "view", name, LANGCHAIN)
         return await handler(request.override(messages=list(prompt)))
-
-    # -- the run's last messages ---------------------------------------------------
-
-    def after_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        """Store the run's final answer now, not at the thread's next model call."""
-        self._blocking().append_with(self.session_of(runtime), _new_messages(state["messages"], self.options))
-        return None
-
-    async def aafter_agent(self, state: Any, runtime: Any) -> dict[str, Any] | None:
-        build = _new_messages(state["messages"], self.options)
-        await on_store(self.store, "append_with", self.session_of(runtime), build)
-        return None
 
     def _blocking(self) -> PruneStore:
         return blocking(self.store, "the agent's async methods (ainvoke, astream)")

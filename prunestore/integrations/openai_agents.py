@@ -13,10 +13,17 @@ each batch is appended, and item ids are the store's (an item's own ``id``
 is kept in the item): providers reuse ids (``__fake_id__``, ``call_0``), and
 an item added twice is stored twice, as `SQLiteSession` stores it. Any
 number of session objects, tasks, threads and processes may share a session.
+
+The SDK reads a session once, when a run starts, and then sends every model
+call of the run the whole run so far. ``RunConfig(call_model_input_filter=
+session.model_input_filter)`` prunes inside the run too: the SDK stores each
+step's items in the session as the run goes, so each model call can be sent
+the session's prompt instead.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Collection
 from typing import Any
@@ -80,6 +87,23 @@ class PruneStoreSession:
         if limit is not None and limit >= 0:
             return items[max(len(items) - limit, 0) :] if limit else []
         return items
+
+    async def model_input_filter(self, data: Any) -> Any:
+        """For ``RunConfig(call_model_input_filter=...)``: send each model call of a run the session's prompt.
+
+        `data` is the SDK's ``CallModelData``. When the session holds the newest
+        item the call was to send (the SDK stores each step before the next
+        call), the call is sent the session's live items in place of the whole
+        run so far; otherwise (a step not stored yet) it goes as given. The
+        instructions are left as they are.
+        """
+        given = data.model_data
+        if not given.input:
+            return given
+        items = await self.get_items()
+        if not items or items[-1] != _plain(given.input[-1]):
+            return given
+        return dataclasses.replace(given, input=list(items))
 
     async def add_items(self, items: list[Any]) -> None:
         if items:
