@@ -73,7 +73,7 @@ def turn(n: int) -> tuple[list[BaseMessage], list[AIMessage]]:
 
 
 class Timed(AgentMiddleware):
-    """Runs `inner`'s hooks, adding up the time spent in them but not in the model call they wrap."""
+    """Runs `inner`'s model-call hook (its only hook), adding up the time spent in it but not in the model call."""
 
     def __init__(self, inner: AgentMiddleware) -> None:
         super().__init__()
@@ -99,12 +99,6 @@ class Timed(AgentMiddleware):
         response = self.inner.wrap_model_call(request, timed)
         self.spent += time.perf_counter() - started - inside
         return response
-
-    def after_agent(self, state: Any, runtime: Any) -> Any:
-        started = time.perf_counter()
-        update = self.inner.after_agent(state, runtime)
-        self.spent += time.perf_counter() - started
-        return update
 
 
 class Seen(AgentMiddleware):

@@ -16,8 +16,8 @@ import subprocess
 import sys
 import textwrap
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +27,7 @@ from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, convert_to_openai_messages
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage, convert_to_openai_messages
 from langchain_core.tools import tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.checkpoint.sqlite import SqliteSaver
@@ -213,6 +213,48 @@ def test_async_agents(store_url, api):
     assert stored == thread[:-1] and len(thread) == 3 + len(TOOL_LOOP) + 6
 
 
+@asynccontextmanager
+async def async_checkpointer_for(backend: str, store_url: str, tmp_path: Path) -> AsyncIterator[Any]:
+    """AsyncSqliteSaver next to SQLite, AsyncPostgresSaver next to PostgreSQL."""
+    if backend == "sqlite":
+        from langgraph.checkpoint.sqlite.aio import AsyncSqliteSaver
+
+        async with AsyncSqliteSaver.from_conn_string(str(tmp_path / "checkpoints.db")) as saver:
+            yield saver
+        return
+    from langgraph.checkpoint.postgres.aio import AsyncPostgresSaver
+
+    async with AsyncPostgresSaver.from_conn_string(
+        store_url.replace("postgresql+psycopg://", "postgresql://")
+    ) as saver:
+        await saver.setup()
+        yield saver
+
+
+def test_streamed_async_agents_over_async_checkpointers(store_url, backend, tmp_path):
+    """`astream` with an AsyncPruneStore and the checkpointer's async form: each step streams, nothing twice."""
+
+    async def run() -> None:
+        checked = Checked(store_url)
+        async with AsyncPruneStore(store_url) as store:
+            async with async_checkpointer_for(
+                "sqlite" if backend == "sqlite" else "postgres", store_url, tmp_path
+            ) as saver:
+                agent = agent_with(TOOL_LOOP, checked, store, saver)
+                for question in QUESTIONS:
+                    chunks = [c async for c in agent.astream({"messages": [HumanMessage(question)]}, THREAD)]
+                    assert chunks
+                state = await agent.aget_state(THREAD)
+            stored = [m.id for m in await store.messages("thread-1")]
+            assert stored == [m.id for m in state.values["messages"][:-1]]
+            assert (await store.verify("thread-1")).ok
+        checked.close()
+        assert len(checked.prompts) == len(TOOL_LOOP)
+        assert {m.tool_call_id for m in checked.prompts[-1] if isinstance(m, ToolMessage)} == {"c3", "c4", "c5", "c6"}
+
+    asyncio.run(run())
+
+
 def test_a_blocking_agent_on_an_async_store_is_told_to_use_ainvoke(store_url):
     async def make() -> AsyncPruneStore:
         return AsyncPruneStore(store_url)
@@ -251,7 +293,12 @@ def test_between_events_every_prompt_begins_with_the_previous_one(store_url, bac
 # -- interrupts, and two processes on one thread ----------------------------------------------
 
 
-def test_an_interrupt_and_its_resume_append_each_message_once(store_url):
+@pytest.mark.parametrize(
+    "decision",
+    [{"type": "approve"}, {"type": "edit", "edited_action": {"name": "rm", "args": {"path": "/tmp/b"}}}],
+    ids=["approve", "edit"],
+)
+def test_an_interrupt_and_its_resume_append_each_message_once(store_url, decision):
     checked = Checked(store_url)
     store = PruneStore(store_url)
     replies = [
@@ -268,9 +315,12 @@ def test_an_interrupt_and_its_resume_append_each_message_once(store_url):
         paused = ask(agent, "Remove /tmp/a.")
         assert "__interrupt__" in paused
         assert [m.id for m in store.messages("thread-1")] == [m.id for m in paused["messages"][:1]]
-        state = agent.invoke(Command(resume={"decisions": [{"type": "approve"}]}), THREAD)
+        state = agent.invoke(Command(resume={"decisions": [decision]}), THREAD)
         assert [m.type for m in state["messages"]] == ["human", "ai", "tool", "ai"]
         assert [m.id for m in store.messages("thread-1")] == [m.id for m in state["messages"][:-1]]
+        path = "/tmp/b" if decision["type"] == "edit" else "/tmp/a"
+        assert state["messages"][2].content.endswith(f"removed {path}")
+        assert checked.prompts[-1][:3] == state["messages"][:3]  # the call and its result as the state holds them
         assert store.verify("thread-1").ok
     finally:
         store.close()
