@@ -1,0 +1,294 @@
+"""A Pydantic AI capability: each model request of an agent is sent the conversation's pruned history.
+
+Needs ``pydantic-ai`` (or ``pydantic-ai-slim``) 2.x. Give it to the agent,
+``Agent(model, capabilities=[PruneStoreHistory(store)])``, and run with a
+conversation id (``agent.run(prompt, conversation_id="user-42")``), or with
+``message_history=`` as usual: before each model request it appends the
+run's messages that the store session does not hold yet, and sends the
+model the session's prompt in place of the run's messages; after the run it
+stores the run's last answer. The run's own messages (``result.all_messages()``)
+are left as Pydantic AI made them.
+
+Each message is stored as ``ModelMessagesTypeAdapter`` dumps it, so what the
+model is sent is what Pydantic AI would send wherever nothing was pruned. A
+request is stored in pieces: each tool return part on its own, keyed by its
+call's tool name and canonical arguments (a later identical call supersedes
+it), the other parts together; the pieces of a request that are in the
+prompt are sent as one request again. A tool call part goes when its return
+is pruned, and a response left with nothing to send goes.
+
+A message's store id is derived from its run (``run_id`` and its place among
+that run's messages), so a request step that runs again, a run resumed with
+``message_history=result.all_messages()`` and another process on the same
+conversation append nothing twice. Messages handed to the model carry their
+store id in ``metadata["prunestore_id"]`` (metadata is never sent to a
+model), so a history passed back from them is recognised too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from typing import Any
+
+try:
+    from pydantic_ai.capabilities import AbstractCapability
+    from pydantic_ai.messages import (
+        ModelMessage,
+        ModelMessagesTypeAdapter,
+        ModelRequest,
+        ModelResponse,
+        SystemPromptPart,
+        TextPart,
+        ToolCallPart,
+        ToolReturnPart,
+        UserPromptPart,
+    )
+except ModuleNotFoundError as exc:
+    raise ModuleNotFoundError(
+        f"prunestore.integrations.pydantic_ai needs pydantic-ai 2.x ({exc.name} is missing): "
+        "python -m pip install pydantic-ai-slim",
+        name=exc.name,
+    ) from exc
+
+from ..aio import AsyncPruneStore
+from ..errors import InvalidArgumentError, SessionNotFoundError
+from ..model import Message, Role, StoredMessage
+from ..sql.sessions import SessionState
+from ..store import PruneStore
+from ..views import Unit
+from ._shared import importer_after, on_store, with_call_keys
+
+__all__ = ["PruneStoreHistory", "PYDANTIC_AI"]
+
+_ID = "prunestore_id"  # the metadata entry that names a message handed out by the store
+_PIECE = "/"  # a request's pieces after the first are stored as <id>/<n>
+
+
+class PruneStoreHistory(AbstractCapability[Any]):
+    """A conversation's messages in a prunestore session, and its pruned prompt for each model request.
+
+    `store` is a `PruneStore` (its calls run in a worker thread) or an
+    `AsyncPruneStore`. `session` names the store session: by default the
+    run's ``conversation_id``; a string fixes it, a function of the
+    ``RunContext`` computes it. Keyword options (``document_tools``,
+    ``keep_tools``, ``ttl``, ``keys_of``) say how tool returns are pruned, as
+    for `from_openai`.
+    """
+
+    def __init__(
+        self,
+        store: PruneStore | AsyncPruneStore,
+        *,
+        session: str | Callable[[Any], str] | None = None,
+        **options: Any,
+    ) -> None:
+        self.store = store
+        self.session = session
+        self.options = options
+
+    def session_of(self, ctx: Any) -> str:
+        """The store session of the conversation `ctx` (a ``RunContext``) belongs to."""
+        if isinstance(self.session, str):
+            return self.session
+        if self.session is not None:
+            return self.session(ctx)
+        if not ctx.conversation_id:
+            raise InvalidArgumentError("conversation_id=None: name the session with PruneStoreHistory(session=...)")
+        return str(ctx.conversation_id)
+
+    async def messages(self, session: str) -> list[ModelMessage]:
+        """The session's pruned history, as ``message_history=`` takes it; a new list, messages read-only."""
+        try:
+            return _requests_joined(await on_store(self.store, "view", session, PYDANTIC_AI))
+        except SessionNotFoundError:
+            return []
+
+    async def before_model_request(self, ctx: Any, request_context: Any) -> Any:
+        name = self.session_of(ctx)
+        await on_store(self.store, "append_with", name, _new_messages(ctx.messages, self.options))
+        prompt = await on_store(self.store, "view", name, PYDANTIC_AI)
+        return dataclasses.replace(request_context, messages=_requests_joined(prompt))
+
+    async def after_run(self, ctx: Any, *, result: Any) -> Any:
+        """Store the run's last answer now, not at the conversation's next model request."""
+        build = _new_messages(result.all_messages(), self.options)
+        await on_store(self.store, "append_with", self.session_of(ctx), build)
+        return result
+
+
+# -- messages in ----------------------------------------------------------------------------
+
+
+def _new_messages(messages: Sequence[ModelMessage], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+    """The builder that appends, under the session's lock, the messages the session lacks.
+
+    The session's last message is found among `messages` by its id (one indexed read) and what
+    follows it is new; where it is not there, each id is looked up.
+    """
+    ids = _ids(messages)
+
+    def build(state: SessionState) -> list[Message]:
+        last = (state.last_id() or "").split(_PIECE)[0]
+        start = next((i + 1 for i in range(len(ids) - 1, -1, -1) if ids[i] == last), None) if last else 0
+        if start is None:
+            stored = state.stored(ids)
+            new = [i for i, message_id in enumerate(ids) if message_id not in stored]
+        else:
+            new = [i for i in range(start, len(ids)) if not _handed_out(messages[i])]
+        return _stored_form([messages[i] for i in new], [ids[i] for i in new], options)(state) if new else []
+
+    return build
+
+
+def _ids(messages: Sequence[ModelMessage]) -> list[str]:
+    """Each message's store id: the one it was handed out with, else ``pa-<run id>-<place in its run>``."""
+    ids: list[str] = []
+    places: dict[str | None, int] = {}
+    for place, message in enumerate(messages):
+        handed = _handed_out(message)
+        if handed is not None:
+            ids.append(handed)
+            continue
+        run = message.run_id
+        places[run] = places.get(run, -1) + 1
+        ids.append(f"pa-{run}-{places[run]}" if run else f"pa-at-{place}")
+    return ids
+
+
+def _handed_out(message: ModelMessage) -> str | None:
+    metadata = message.metadata
+    return metadata.get(_ID) if isinstance(metadata, dict) else None
+
+
+def _stored_form(
+    messages: list[ModelMessage], ids: list[str], options: dict[str, Any]
+) -> Callable[[SessionState], list[Message]]:
+    answered = [p.tool_call_id for m in messages if isinstance(m, ModelRequest) for p in _returns(m.parts)]
+
+    def build(state: SessionState) -> list[Message]:
+        importer = importer_after(state, answered, _calls, options)
+        out: list[Message] = []
+        for message, message_id in zip(messages, ids, strict=True):
+            if isinstance(message, ModelResponse):
+                calls = [p for p in message.parts if isinstance(p, ToolCallPart)]
+                for call in calls:
+                    importer.calls[call.tool_call_id] = (call.tool_name, call.args_as_dict())
+                text = "\n".join(
+                    [p.content for p in message.parts if isinstance(p, TextPart)]
+                    + [f"{c.tool_name}({_json(c.args_as_dict())})" for c in calls]
+                )
+                stored = Message(message_id, "assistant", text, importer.turn, metadata=_dumped(message, message_id))
+                out.append(with_call_keys(stored, makes=[c.tool_call_id for c in calls]))
+                continue
+            for n, parts in enumerate(_pieces(message)):
+                piece_id = message_id if n == 0 else f"{message_id}{_PIECE}{n}"
+                metadata = _dumped(dataclasses.replace(message, parts=parts), message_id)
+                if isinstance(parts[0], ToolReturnPart):
+                    result = parts[0]
+                    stored = importer.result(piece_id, result.tool_call_id, result.model_response_str(), metadata)
+                    out.append(with_call_keys(stored, answers=result.tool_call_id))
+                    continue
+                text = "\n".join(_part_text(p) for p in parts if isinstance(p, (UserPromptPart, SystemPromptPart)))
+                asks = any(isinstance(p, UserPromptPart) for p in parts)
+                role: Role = "system" if all(isinstance(p, SystemPromptPart) for p in parts) else "user"
+                turn = importer.advance(0, asks and bool(text.strip()))
+                out.append(Message(piece_id, role, text, turn, metadata=metadata))
+        return out
+
+    return build
+
+
+def _returns(parts: Sequence[Any]) -> list[ToolReturnPart]:
+    return [p for p in parts if isinstance(p, ToolReturnPart) and p.tool_call_id]
+
+
+def _pieces(request: ModelRequest) -> list[list[Any]]:
+    """A request's parts in order: each tool return alone, the parts between them together."""
+    pieces: list[list[Any]] = []
+    for part in request.parts:
+        if isinstance(part, ToolReturnPart) and part.tool_call_id:
+            pieces.append([part])
+        elif pieces and not isinstance(pieces[-1][0], ToolReturnPart):
+            pieces[-1].append(part)
+        else:
+            pieces.append([part])
+    return pieces or [[]]
+
+
+def _part_text(part: UserPromptPart | SystemPromptPart) -> str:
+    content = part.content
+    if isinstance(content, str):
+        return content
+    return "\n".join(item for item in content if isinstance(item, str))
+
+
+def _dumped(message: ModelMessage, message_id: str) -> dict[str, Any]:
+    return {"pydantic_ai": ModelMessagesTypeAdapter.dump_python([message], mode="json")[0], "message": message_id}
+
+
+def _calls(stored: StoredMessage) -> list[tuple[str, Any, Any]]:
+    data = (stored.metadata or {}).get("pydantic_ai") or {}
+    return [
+        (p.get("tool_call_id"), p.get("tool_name"), _arguments(p.get("args")))
+        for p in data.get("parts", [])
+        if p.get("part_kind") == "tool-call"
+    ]
+
+
+def _arguments(args: Any) -> Any:
+    if isinstance(args, str):
+        try:
+            return json.loads(args)
+        except ValueError:
+            return args
+    return args
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, default=str)
+
+
+# -- messages out ---------------------------------------------------------------------------
+
+
+class _PydanticAIForm:
+    """Pydantic AI messages as a `views.View` sends them: a response, or one piece of a request."""
+
+    name = "pydantic-ai"
+
+    def unit(self, stored: StoredMessage) -> Unit:
+        metadata = stored.metadata or {}
+        (message,) = ModelMessagesTypeAdapter.validate_python([metadata["pydantic_ai"]])
+        message.metadata = {**(message.metadata or {}), _ID: metadata.get("message", stored.id)}
+        if isinstance(message, ModelResponse):
+            calls = tuple(p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart))
+            return Unit(message, calls=calls)
+        returns = _returns(message.parts)
+        return Unit(message, answers=returns[0].tool_call_id if returns else None)
+
+    def without_calls(self, item: ModelResponse, dropped: frozenset[str]) -> ModelResponse | None:
+        parts = [p for p in item.parts if not (isinstance(p, ToolCallPart) and p.tool_call_id in dropped)]
+        if not any(isinstance(p, ToolCallPart) or (isinstance(p, TextPart) and p.content.strip()) for p in parts):
+            return None
+        return dataclasses.replace(item, parts=parts)
+
+
+def _requests_joined(items: Sequence[ModelMessage]) -> list[ModelMessage]:
+    """The view's items with the pieces of each request, one after another, sent as that one request again."""
+    out: list[ModelMessage] = []
+    for item in items:
+        before = out[-1] if out else None
+        if (
+            isinstance(item, ModelRequest)
+            and isinstance(before, ModelRequest)
+            and _handed_out(before) == _handed_out(item)
+        ):
+            out[-1] = dataclasses.replace(before, parts=[*before.parts, *item.parts])
+        else:
+            out.append(item)
+    return out
+
+
+PYDANTIC_AI = _PydanticAIForm()

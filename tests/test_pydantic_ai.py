@@ -1,0 +1,290 @@
+"""PruneStoreHistory in real Pydantic AI agents, with Pydantic AI's own FunctionModel answering from a script.
+
+Every model request is checked as the model receives it: calls and returns
+paired, equal to the session's pruned history read through another store
+object, `verify` ok. Where nothing is pruned, the model must receive what
+Pydantic AI sends it without prunestore.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import textwrap
+import uuid
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic_ai import Agent
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelMessagesTypeAdapter,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+)
+from pydantic_ai.models.function import AgentInfo, FunctionModel
+
+from prunestore import AsyncPruneStore, Policy, PruneStore
+from prunestore.integrations.pydantic_ai import PYDANTIC_AI, PruneStoreHistory
+
+
+def ls_calls(*calls: tuple[str, str]) -> list[Any]:
+    """A response's parts: `ls` calls, each (call id, path)."""
+    return [ToolCallPart("ls", {"path": path}, tool_call_id=call_id) for call_id, path in calls]
+
+
+def text(words: str) -> list[Any]:
+    return [TextPart(words)]
+
+
+class Scripted:
+    """A FunctionModel answering from a script, checking each request against the store as it goes."""
+
+    def __init__(self, script: list[list[Any]], url: str | None = None, session: str = "conv") -> None:
+        self.script = list(script)
+        self.seen: list[list[ModelMessage]] = []
+        self.checker = PruneStore(url) if url else None
+        self.session = session
+
+    def __call__(self, messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        self.seen.append(list(messages))
+        assert_paired(messages)
+        if self.checker is not None:
+            from prunestore.integrations.pydantic_ai import _requests_joined
+
+            assert messages == _requests_joined(self.checker.view(self.session, PYDANTIC_AI))
+            assert self.checker.verify(self.session).ok
+        return ModelResponse(parts=self.script.pop(0))
+
+    def close(self) -> None:
+        if self.checker is not None:
+            self.checker.close()
+
+
+def assert_paired(messages: list[ModelMessage]) -> None:
+    """Every return answers a call of the response just before it, and every call has its return."""
+    open_calls: set[str] = set()
+    for message in messages:
+        if isinstance(message, ModelResponse):
+            assert not open_calls, open_calls
+            open_calls = {p.tool_call_id for p in message.parts if isinstance(p, ToolCallPart)}
+        else:
+            for part in message.parts:
+                if isinstance(part, ToolReturnPart):
+                    assert part.tool_call_id in open_calls, part
+                    open_calls.remove(part.tool_call_id)
+            assert not open_calls, open_calls
+
+
+def agent_for(model: Scripted, *capabilities: Any) -> Agent:
+    agent = Agent(FunctionModel(model), instructions="Be brief.", capabilities=list(capabilities))
+
+    @agent.tool_plain
+    def ls(path: str) -> str:
+        """List a folder."""
+        return f"{path}: " + " ".join(f"file{i}.csv" for i in range(40))
+
+    return agent
+
+
+@pytest.fixture(params=["sync store", "async store"])
+def open_store(store_url, request):
+    """Make stores of the kind under test on the test database; all closed at the end."""
+    made: list[Any] = []
+
+    def make(**kwargs: Any) -> Any:
+        store = (
+            AsyncPruneStore(store_url, **kwargs) if request.param == "async store" else PruneStore(store_url, **kwargs)
+        )
+        made.append(store)
+        return store
+
+    yield make
+    for store in made:
+        if isinstance(store, AsyncPruneStore):
+            asyncio.run(store.close())
+        else:
+            store.close()
+
+
+def sent(messages: list[ModelMessage]) -> list[dict]:
+    """What a model adapter reads of the messages: their JSON without times, run and conversation ids and
+    metadata (never sent; the store's messages name their store id there)."""
+
+    def strip(value: Any) -> Any:
+        if isinstance(value, dict):
+            ignored = ("timestamp", "run_id", "conversation_id", "metadata")
+            return {k: strip(v) for k, v in value.items() if k not in ignored}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(ModelMessagesTypeAdapter.dump_python(messages, mode="json"))
+
+
+TOOL_LOOP = [
+    ls_calls(("c1", "/data")),
+    ls_calls(("c2", "/logs"), ("c3", "/tmp")),
+    text("Data, logs and tmp listed."),
+    ls_calls(("c4", "/data")),
+    text("Same as before."),
+    ls_calls(("c5", "/logs"), ("c6", "/srv")),
+    text("Done."),
+]
+QUESTIONS = ["What is in /data?", "And /data again?", "And /logs and /srv?"]
+
+
+def test_with_nothing_to_prune_the_model_gets_what_pydantic_ai_sends(open_store, store_url):
+    script = [ls_calls(("c1", "/a")), ls_calls(("c2", "/b"), ("c3", "/c")), text("Listed."), text("Hello again.")]
+    plain, ours = Scripted(script), Scripted(script, store_url)
+
+    async def run() -> None:
+        history = PruneStoreHistory(open_store())
+        first = await agent_for(plain).run("List /a, /b and /c.")
+        await agent_for(plain).run("Hi.", message_history=first.all_messages())
+        await agent_for(ours, history).run("List /a, /b and /c.", conversation_id="conv")
+        await agent_for(ours, history).run("Hi.", conversation_id="conv")
+
+    asyncio.run(run())
+    ours.close()
+    assert len(ours.seen) == len(plain.seen) == 4
+    for got, expected in zip(ours.seen, plain.seen, strict=True):
+        assert sent(got) == sent(expected)
+
+
+def test_a_superseded_return_leaves_the_prompt_with_its_call(open_store, store_url):
+    model = Scripted(TOOL_LOOP, store_url)
+
+    async def run() -> list[ModelMessage]:
+        history = PruneStoreHistory(open_store())
+        result = None
+        for question in QUESTIONS:
+            result = await agent_for(model, history).run(question, conversation_id="conv")
+        assert result is not None
+        return result.all_messages()
+
+    run_messages = asyncio.run(run())
+    model.close()
+    returns = {p.tool_call_id for m in model.seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)}
+    assert returns == {"c3", "c4", "c5", "c6"}  # c4 listed /data again, c5 /logs
+    calls = {p.tool_call_id for m in model.seen[-1] for p in m.parts if isinstance(p, ToolCallPart)}
+    assert calls == returns
+    # the run's own messages are Pydantic AI's, untouched: the last run's superseded call is still there
+    assert "c5" in {p.tool_call_id for m in run_messages for p in m.parts if isinstance(p, ToolCallPart)}
+    with PruneStore(store_url) as store:
+        assert store.verify("conv").ok
+        assert len({m.id for m in store.messages("conv")}) == len(store.messages("conv"))
+
+
+def test_a_history_passed_back_is_not_stored_twice(open_store, store_url):
+    """`message_history=` from the run's result (every message) or from the store (pruned): nothing twice."""
+    model = Scripted(TOOL_LOOP, store_url)
+
+    async def run() -> tuple[int, list[str]]:
+        store = open_store()
+        history = PruneStoreHistory(store)
+        agent = agent_for(model, history)
+        first = await agent.run(QUESTIONS[0], conversation_id="conv")
+        second = await agent.run(QUESTIONS[1], message_history=first.all_messages())
+        pruned = await history.messages("conv")
+        third = await agent.run(QUESTIONS[2], message_history=pruned)
+        assert second.all_messages()[0].conversation_id == "conv"
+        stored = await store.messages("conv") if isinstance(store, AsyncPruneStore) else store.messages("conv")
+        return len(third.new_messages()), [m.id for m in stored]
+
+    third_run, stored = asyncio.run(run())
+    model.close()
+    assert third_run == 4  # the question, the calls, their returns (one request), the answer
+    # 7 + 4 + 5 stored messages (a request with two returns is stored as two): each once
+    assert len(stored) == len(set(stored)) == 16
+    with PruneStore(store_url) as store:
+        assert store.verify("conv").ok
+
+
+def test_a_session_named_by_the_capability(open_store):
+    async def run() -> list[str]:
+        store = open_store()
+        agent = agent_for(Scripted([text("hi"), text("hi again")]), PruneStoreHistory(store, session="mine"))
+        await agent.run("Hi.")
+        await agent.run("Hi again.")  # a new conversation id, the same session
+        stored = await store.messages("mine") if isinstance(store, AsyncPruneStore) else store.messages("mine")
+        return [m.content for m in stored]
+
+    assert asyncio.run(run()) == ["Hi.", "hi", "Hi again.", "hi again"]
+
+
+_OTHER_PROCESS = textwrap.dedent(
+    """
+    import asyncio, sys
+    from pydantic_ai import Agent
+    from pydantic_ai.messages import ModelResponse, TextPart
+    from pydantic_ai.models.function import FunctionModel
+    from prunestore import PruneStore
+    from prunestore.integrations.pydantic_ai import PruneStoreHistory
+
+    store = PruneStore(sys.argv[1])
+    agent = Agent(FunctionModel(lambda messages, info: ModelResponse(parts=[TextPart("From the other process.")])),
+                  capabilities=[PruneStoreHistory(store)])
+    asyncio.run(agent.run("Are you there?", conversation_id="conv"))
+    store.close()
+    """
+)
+
+
+def test_two_processes_on_one_conversation(store_url, tmp_path):
+    script = tmp_path / "other.py"
+    script.write_text(_OTHER_PROCESS)
+    model = Scripted([*TOOL_LOOP[:3], text("Back here.")], store_url)
+    with PruneStore(store_url) as store:
+        history = PruneStoreHistory(store)
+        asyncio.run(agent_for(model, history).run(QUESTIONS[0], conversation_id="conv"))
+        done = subprocess.run([sys.executable, str(script), store_url], capture_output=True, text=True, env=os.environ)
+        assert done.returncode == 0, done.stderr
+        asyncio.run(agent_for(model, history).run("Still there?", conversation_id="conv"))
+        last = model.seen[-1]
+        words = [p.content for m in last for p in m.parts if isinstance(p, TextPart)]
+        assert words[-1] == "From the other process."
+        assert [m.content for m in store.messages("conv")][-4:] == [
+            "Are you there?",
+            "From the other process.",
+            "Still there?",
+            "Back here.",
+        ]
+        assert store.verify("conv").ok
+    model.close()
+
+
+# -- generated tool loops under a budget ---------------------------------------------------------
+
+
+@st.composite
+def tool_loops(draw: Any) -> list[list[list[Any]]]:
+    turns = []
+    for t in range(draw(st.integers(1, 4))):
+        steps = draw(st.lists(st.lists(st.sampled_from(["/a", "/b", "/c"]), min_size=1, max_size=3), max_size=4))
+        replies = [ls_calls(*((f"c{t}-{s}-{n}", p) for n, p in enumerate(step))) for s, step in enumerate(steps)]
+        turns.append([*replies, text(f"Answer {t}.")])
+    return turns
+
+
+@settings(max_examples=8)
+@given(turns=tool_loops())
+def test_generated_tool_loops_stay_paired_and_equal_the_batch(store_url, turns):
+    conversation = f"conv-{uuid.uuid4().hex[:8]}"
+    store = PruneStore(store_url, policy=Policy(budget=600, clear_at_least=200))
+    model = Scripted([reply for replies in turns for reply in replies], store_url, conversation)
+    try:
+        agent = agent_for(model, PruneStoreHistory(store))
+        for t in range(len(turns)):
+            asyncio.run(agent.run(f"Question {t}.", conversation_id=conversation))
+        assert len(model.seen) == sum(map(len, turns))
+        assert store.verify(conversation).ok
+    finally:
+        store.close()
+        model.close()
