@@ -91,6 +91,14 @@ def test_langchain_create_agent_example(store_url, tmp_path):
     assert "Write report 5. the model saw 25 of 35 messages" in second and "verify: ok" in second
 
 
+def test_pydantic_ai_agent_example(store_url, tmp_path):
+    first = run_example("pydantic_ai_agent.py", tmp_path, store_url)
+    assert "Write report 2. the model saw 13 messages; stored: 18" in first
+    assert "file listings in the prompt: 1" in first and "verify: ok" in first
+    second = run_example("pydantic_ai_agent.py", tmp_path, store_url)  # the conversation goes on
+    assert "Write report 5. the model saw 25 messages; stored: 36" in second and "verify: ok" in second
+
+
 def test_openai_agents_session_example(store_url, tmp_path):
     first = run_example("openai_agents_session.py", tmp_path, store_url)
     assert "the next run sends 8 of 12 items; 1 file listing call with its output" in first and "verify: ok" in first

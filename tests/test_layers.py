@@ -199,6 +199,7 @@ PUBLIC = {
     "prunestore.integrations.openai_agents",
     "prunestore.integrations.openai_chat",
     "prunestore.integrations.anthropic_messages",
+    "prunestore.integrations.pydantic_ai",
 }
 
 

@@ -1,6 +1,7 @@
 """A Pydantic AI capability: each model request of an agent is sent the conversation's pruned history.
 
-Needs ``pydantic-ai`` (or ``pydantic-ai-slim``) 2.x. Give it to the agent,
+Needs ``pydantic-ai`` (or ``pydantic-ai-slim``) 2.x (``pip install
+'.[pydantic-ai]'``). Give it to the agent,
 ``Agent(model, capabilities=[PruneStoreHistory(store)])``, and run with a
 conversation id (``agent.run(prompt, conversation_id="user-42")``), or with
 ``message_history=`` as usual: before each model request it appends the
@@ -47,8 +48,8 @@ try:
     )
 except ModuleNotFoundError as exc:
     raise ModuleNotFoundError(
-        f"prunestore.integrations.pydantic_ai needs pydantic-ai 2.x ({exc.name} is missing): "
-        "python -m pip install pydantic-ai-slim",
+        f"prunestore.integrations.pydantic_ai needs pydantic-ai 2.x ({exc.name} is missing): install the "
+        "pydantic-ai extra (python -m pip install '.[pydantic-ai]' in prunestore's folder)",
         name=exc.name,
     ) from exc
 
