@@ -19,7 +19,7 @@ from typing import Any
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
     ModelMessagesTypeAdapter,
@@ -207,6 +207,38 @@ def test_a_history_passed_back_is_not_stored_twice(open_store, store_url):
         assert store.verify("conv").ok
 
 
+def test_an_approval_pause_and_its_resume_append_each_message_once(open_store, store_url):
+    """Pydantic AI's deferred tools: the run ends waiting for an approval; the next run resumes with it."""
+    model = Scripted([ls_calls(("r1", "/tmp/a")), text("Listed.")], store_url)
+
+    async def run() -> list[str]:
+        store = open_store()
+        agent = Agent(
+            FunctionModel(model), output_type=[str, DeferredToolRequests], capabilities=[PruneStoreHistory(store)]
+        )
+
+        @agent.tool_plain(requires_approval=True)
+        def ls(path: str) -> str:
+            """List a folder."""
+            return f"{path}: a.csv"
+
+        paused = await agent.run("List /tmp/a.", conversation_id="conv")
+        assert isinstance(paused.output, DeferredToolRequests)
+        approved = DeferredToolResults(approvals={"r1": True})
+        done = await agent.run(message_history=paused.all_messages(), deferred_tool_results=approved)
+        assert done.output == "Listed."
+        stored = await store.messages("conv") if isinstance(store, AsyncPruneStore) else store.messages("conv")
+        return [m.content for m in stored]
+
+    assert asyncio.run(run()) == ["List /tmp/a.", 'ls({"path": "/tmp/a"})', "/tmp/a: a.csv", "Listed."]
+    model.close()
+    assert [[type(p).__name__ for p in m.parts] for m in model.seen[-1]] == [
+        ["UserPromptPart"],
+        ["ToolCallPart"],
+        ["ToolReturnPart"],
+    ]
+
+
 def test_a_session_named_by_the_capability(open_store):
     async def run() -> list[str]:
         store = open_store()
@@ -222,7 +254,7 @@ def test_a_session_named_by_the_capability(open_store):
 _OTHER_PROCESS = textwrap.dedent(
     """
     import asyncio, sys
-    from pydantic_ai import Agent
+    from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
     from pydantic_ai.messages import ModelResponse, TextPart
     from pydantic_ai.models.function import FunctionModel
     from prunestore import PruneStore
