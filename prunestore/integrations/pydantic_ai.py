@@ -125,37 +125,58 @@ class PruneStoreHistory(AbstractCapability[Any]):
 def _new_messages(messages: Sequence[ModelMessage], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
     """The builder that appends, under the session's lock, the messages the session lacks.
 
-    The session's last message is found among `messages` by its id (one indexed read) and what
-    follows it is new; where it is not there, each id is looked up.
+    The session's last message is found among `messages` by its id, from the end (one indexed read,
+    and ids worked out only back to it), and what follows it is new; where it is not there, each id is
+    looked up.
     """
-    ids = _ids(messages)
+    ids = _Ids(messages)
 
     def build(state: SessionState) -> list[Message]:
         last = (state.last_id() or "").split(_PIECE)[0]
-        start = next((i + 1 for i in range(len(ids) - 1, -1, -1) if ids[i] == last), None) if last else 0
+        places = range(len(messages) - 1, -1, -1)
+        start = next((i + 1 for i in places if ids[i] == last), None) if last else 0
         if start is None:
-            stored = state.stored(ids)
-            new = [i for i, message_id in enumerate(ids) if message_id not in stored]
+            stored = state.stored(ids[i] for i in range(len(messages)))
+            new = [i for i in range(len(messages)) if ids[i] not in stored]
         else:
-            new = [i for i in range(start, len(ids)) if not _handed_out(messages[i])]
+            new = [i for i in range(start, len(messages)) if not _handed_out(messages[i])]
         return _stored_form([messages[i] for i in new], [ids[i] for i in new], options)(state) if new else []
 
     return build
 
 
-def _ids(messages: Sequence[ModelMessage]) -> list[str]:
-    """Each message's store id: the one it was handed out with, else ``pa-<run id>-<place in its run>``."""
-    ids: list[str] = []
-    places: dict[str | None, int] = {}
-    for place, message in enumerate(messages):
-        handed = _handed_out(message)
-        if handed is not None:
-            ids.append(handed)
-            continue
-        run = message.run_id
-        places[run] = places.get(run, -1) + 1
-        ids.append(f"pa-{run}-{places[run]}" if run else f"pa-at-{place}")
-    return ids
+class _Ids:
+    """Each message's store id: the one it was handed out with, else ``pa-<run id>-<place>``, its place
+    among the messages of its run not handed out (``pa-at-<place in the list>`` without a run id).
+
+    Worked out as asked, a run at a time: Pydantic AI puts a run's messages after the history it was
+    given, so a run's messages sit together, and an id needs only those of its run before it.
+    """
+
+    def __init__(self, messages: Sequence[ModelMessage]) -> None:
+        self.messages = messages
+        self.known: dict[int, str] = {}
+
+    def __getitem__(self, place: int) -> str:
+        if place not in self.known:
+            self._work_out(place)
+        return self.known[place]
+
+    def _work_out(self, place: int) -> None:
+        messages, run = self.messages, self.messages[place].run_id
+        first = place
+        while run is not None and first > 0 and messages[first - 1].run_id == run:
+            first -= 1
+        count = 0
+        for at in range(first, place + 1):
+            handed = _handed_out(messages[at])
+            if handed is not None:
+                self.known[at] = handed
+            elif run is None:
+                self.known[at] = f"pa-at-{at}"
+            else:
+                self.known[at] = f"pa-{run}-{count}"
+                count += 1
 
 
 def _handed_out(message: ModelMessage) -> str | None:
