@@ -14,7 +14,9 @@ into the prompt:
 - a message left with no calls and no content is not sent; a message that
   was empty as given is;
 - a pruned message whose calls have live results is sent with those calls
-  only, so no result goes without its call.
+  only, so no result goes without its call;
+- a message that leads the next one (reasoning before the output it
+  preceded) is sent only while the message stored right after it is sent.
 
 A result answers the latest call with its call id made before it (providers
 reuse ids). The view keeps, per message that makes or answers calls, only
@@ -46,6 +48,7 @@ class Unit:
     item: Any
     calls: tuple[str, ...] = ()
     answers: str | None = None
+    leads: bool = False  # sent only while the message stored right after it is sent
 
 
 class Form(Protocol):
@@ -81,6 +84,7 @@ class View:
     latest: dict[str, list[int]] = field(default_factory=dict)  # call id -> seqs of its callers, ascending
     waiting: int = 0  # the last caller, while only results follow it and some of its calls have none yet
     steps: list[int] = field(default_factory=list)  # seqs of the messages that are not results, ascending
+    leaders: dict[int, Any] = field(default_factory=dict)  # seq of a message that leads -> its item (None: pruned)
     last_seq: int = 0
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -103,10 +107,15 @@ class View:
                     self.live[seq] = live
                     dirty.add(self.owners.get(seq, seq))
                 if unit is not None and seq not in self.callers:
-                    sent[seq] = unit.item if live else None
+                    if unit.leads:
+                        self.leaders[seq] = unit.item if live else None
+                    else:
+                        sent[seq] = unit.item if live else None
                 dirty.add(seq)
             for seq in sorted(dirty):
-                self._place(seq, self._render(seq, sent))
+                if seq not in self.leaders:
+                    self._place(seq, self._render(seq, sent))
+            self._lead(dirty)
 
     def _register(self, seq: int, unit: Unit | None, text_size: int) -> Iterable[int]:
         """Index a message new to the view: the calls it makes, or which caller it answers.
@@ -166,12 +175,15 @@ class View:
                         del self.latest[call]
         i = bisect_left(self.order, last + 1)
         del self.order[i:], self.items[i:]
+        while self.leaders and next(reversed(self.leaders)) > last:  # registered in seq order
+            self.leaders.popitem()
         self.last_seq = min(self.last_seq, last)
         last_step = self.moved_on
         self.waiting = last_step if last_step in self.callers else 0
         dirty.add(last_step)  # its calls without a result wait again
         for seq in sorted(s for s in dirty if s in self.callers and s <= last):
             self._place(seq, self._render(seq, {}))
+        self._lead({*dirty, last + 1})
 
     def _render(self, seq: int, sent: dict[int, Any | None]) -> Any | None:
         caller = self.callers.get(seq)
@@ -185,6 +197,22 @@ class View:
             return self.form.without_calls(caller.item, pruned) if pruned else caller.item
         needed = frozenset(c for c in caller.calls if c in results and self.live[results[c]])
         return self.form.without_calls(caller.item, frozenset(caller.calls) - needed) if needed else None
+
+    def _lead(self, changed: Iterable[int]) -> None:
+        """Place again the leaders of the messages in `changed` (and the leaders themselves), the last first:
+        a leader is sent while it is live and the message after it is sent, which may be a leader too."""
+        todo = {seq for c in changed for seq in (c, c - 1) if seq in self.leaders}
+        while todo:
+            seq = max(todo)
+            todo.discard(seq)
+            item, before = self.leaders[seq], self._sent(seq)
+            self._place(seq, item if item is not None and self._sent(seq + 1) else None)
+            if self._sent(seq) != before and seq - 1 in self.leaders:
+                todo.add(seq - 1)
+
+    def _sent(self, seq: int) -> bool:
+        i = bisect_left(self.order, seq)
+        return i < len(self.order) and self.order[i] == seq
 
     def _place(self, seq: int, item: Any | None) -> None:
         i = bisect_left(self.order, seq)

@@ -21,6 +21,9 @@ from agents.memory import SessionSettings
 from agents.models.interface import Model
 from agents.run_config import CallModelData, ModelInputData
 from agents.usage import Usage
+from helpers import cached_prompt_equals_cold
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from openai.types.responses import ResponseFunctionToolCall, ResponseOutputMessage, ResponseOutputText
 
 from prunestore import AsyncPruneStore, PruneStore
@@ -339,6 +342,79 @@ def test_a_step_the_session_does_not_hold_yet_goes_as_given(open_session):
         assert chosen.input == stored and chosen.instructions == "x"
 
     run(main())
+
+
+# -- reasoning --------------------------------------------------------------------------------
+
+
+def reasoning(item_id: str) -> dict:
+    return {"type": "reasoning", "id": item_id, "summary": [], "encrypted_content": f"enc-{item_id}"}
+
+
+def test_a_reasoning_item_is_sent_only_with_the_item_after_it(open_session):
+    async def main() -> None:
+        session, _ = open_session()
+
+        async def kinds() -> list:
+            return [i.get("id") or i.get("call_id") or i.get("role") for i in await session.get_items()]
+
+        await session.add_items([{"role": "user", "content": "List."}, reasoning("rs_1")])
+        assert await kinds() == ["user"]  # what it preceded is not stored yet
+        await session.add_items([call("c1").model_dump(exclude_unset=True)])
+        assert await kinds() == ["user", "rs_1", "fc_c1"]  # its call, waiting for its output
+        await session.add_items([output("c1"), {"role": "assistant", "content": "One file."}])
+        await session.add_items([{"role": "user", "content": "Again."}, reasoning("rs_2")])
+        await session.add_items([call("c2").model_dump(exclude_unset=True), output("c2")])
+        # c2 lists /data again: c1 and its output go, and rs_1, which preceded c1, with them
+        assert await kinds() == ["user", "assistant", "user", "rs_2", "fc_c2", "c2"]
+        await session.pop_item()
+        await session.pop_item()
+        assert await kinds() == ["user", "rs_1", "fc_c1", "c1", "assistant", "user"]  # c1 is back, c2 gone
+
+    run(main())
+
+
+@st.composite
+def agent_batches(draw: Any) -> list:
+    out: list = []
+    made: list[str] = []
+    for n in range(draw(st.integers(1, 10))):
+        batch: list = []
+        for _ in range(draw(st.integers(1, 3))):
+            kind = draw(st.sampled_from(["user", "reasoning", "reasoning", "call", "output", "output", "say"]))
+            if kind == "user":
+                batch.append({"role": "user", "content": draw(st.sampled_from(["go", "DEFINE:k x", "REF:k y"]))})
+            elif kind == "reasoning":
+                batch.append(reasoning(f"rs_{n}_{len(batch)}"))
+            elif kind == "say":
+                batch.append({"role": "assistant", "content": "ok"})
+            elif kind == "call":
+                call_id = draw(st.sampled_from(["c1", "c2", "c3"]))
+                batch.append(call(call_id, draw(st.sampled_from(["/a", "/b"]))).model_dump(exclude_unset=True))
+                made.append(call_id)
+            elif made:
+                batch.append(output(draw(st.sampled_from(made)), draw(st.sampled_from(["x", "y"]))))
+        out.append((draw(st.integers(0, 2)), batch))
+        step = draw(st.sampled_from(["none"] * 4 + ["pop", "truncate"]))
+        if step == "pop":
+            out.append((draw(st.integers(0, 2)), "pop"))
+        elif step == "truncate":
+            out.append((draw(st.integers(0, 2)), ("truncate", draw(st.integers(1, 3)))))
+    return out
+
+
+@settings(max_examples=40)
+@given(script=agent_batches())
+def test_the_cached_items_equal_a_cold_read(store_url, script):
+    """With reasoning items, calls, outputs, pops and truncates: the patched view is what a cold read gives,
+    and no reasoning item is sent without the item stored after it."""
+
+    def read(session: PruneStoreSession) -> list:
+        items = run(session.get_items())
+        assert all(i.get("type") != "reasoning" for i in items[-1:]), items
+        return items
+
+    cached_prompt_equals_cold(store_url, PruneStoreSession, lambda s, batch: run(s.add_items(batch)), read, script)
 
 
 # -- concurrency ---------------------------------------------------------------------------------

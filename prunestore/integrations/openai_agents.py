@@ -4,7 +4,9 @@ Needs ``openai-agents`` (``pip install '.[openai-agents]'``). Items
 are Responses-style: messages, tool calls (``function_call`` and the other
 ``*_call`` items) with their ``*_call_output``, and anything else the SDK
 records (reasoning, hosted tool calls), which is stored and given back
-as it came. An output's tool key is its call's tool name plus canonical
+as it came. A ``reasoning`` item is sent only while the item stored right
+after it (the call or message it preceded) is sent: the Responses API
+refuses a reasoning item without the item that followed it. An output's tool key is its call's tool name plus canonical
 arguments, so a later identical call supersedes it and its call goes too; a
 call whose output has not arrived yet stays.
 
@@ -252,7 +254,7 @@ class _AgentItems:
             return Unit(item, calls=(item["call_id"],))
         if _is_output(item):
             return Unit(item, answers=item["call_id"])
-        return Unit(item)
+        return Unit(item, leads=item.get("type") == "reasoning")
 
     def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
         return None  # the item is the call
