@@ -56,9 +56,8 @@ class Scripted:
         self.seen.append(list(messages))
         assert_paired(messages)
         if self.checker is not None:
-            from prunestore.integrations.pydantic_ai import _requests_joined
-
-            assert messages == _requests_joined(self.checker.view(self.session, PYDANTIC_AI))
+            cold = PruneStoreHistory(self.checker)._prompt(self.session, self.checker.view(self.session, PYDANTIC_AI))
+            assert messages == cold  # joined afresh from another store object's view
             assert self.checker.verify(self.session).ok
         return ModelResponse(parts=self.script.pop(0))
 

@@ -30,6 +30,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import threading
+from bisect import bisect_right
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -56,6 +59,7 @@ except ModuleNotFoundError as exc:
 from ..aio import AsyncPruneStore
 from ..errors import InvalidArgumentError, SessionNotFoundError
 from ..model import Message, Role, StoredMessage
+from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
@@ -88,6 +92,8 @@ class PruneStoreHistory(AbstractCapability[Any]):
         self.store = store
         self.session = session
         self.options = options
+        self._joined: OrderedDict[str, _Joined] = OrderedDict()  # per session, the last prompt joined
+        self._lock = threading.Lock()
 
     def session_of(self, ctx: Any) -> str:
         """The store session of the conversation `ctx` (a ``RunContext``) belongs to."""
@@ -102,7 +108,7 @@ class PruneStoreHistory(AbstractCapability[Any]):
     async def messages(self, session: str) -> list[ModelMessage]:
         """The session's pruned history, as ``message_history=`` takes it; a new list, messages read-only."""
         try:
-            return _requests_joined(await on_store(self.store, "view", session, PYDANTIC_AI))
+            return self._prompt(session, await on_store(self.store, "view", session, PYDANTIC_AI))
         except SessionNotFoundError:
             return []
 
@@ -110,13 +116,37 @@ class PruneStoreHistory(AbstractCapability[Any]):
         name = self.session_of(ctx)
         await on_store(self.store, "append_with", name, _new_messages(ctx.messages, self.options))
         prompt = await on_store(self.store, "view", name, PYDANTIC_AI)
-        return dataclasses.replace(request_context, messages=_requests_joined(prompt))
+        return dataclasses.replace(request_context, messages=self._prompt(name, prompt))
 
     async def after_run(self, ctx: Any, *, result: Any) -> Any:
         """Store the run's last answer now, not at the conversation's next model request."""
         build = _new_messages(result.all_messages(), self.options)
         await on_store(self.store, "append_with", self.session_of(ctx), build)
         return result
+
+    def _prompt(self, session: str, items: list[ModelMessage]) -> list[ModelMessage]:
+        """`_requests_joined(items)`, joining only from where the items differ from the session's last ones
+        (the view's items are shared until their row changes)."""
+        with self._lock:
+            last = self._joined.pop(session, None)
+        out: list[ModelMessage] = []
+        ends: list[int] = []  # the place in `items` of each message's last piece
+        if last is not None:
+            keep = bisect_right(last.ends, common_prefix(last.items, items) - 1)
+            out, ends = last.messages[:keep], last.ends[:keep]
+        for place in range(ends[-1] + 1 if ends else 0, len(items)):
+            item = items[place]
+            before = out[-1] if out else None
+            if isinstance(item, ModelRequest) and isinstance(before, ModelRequest) and _same_request(before, item):
+                out[-1], ends[-1] = dataclasses.replace(before, parts=[*before.parts, *item.parts]), place
+            else:
+                out.append(item)
+                ends.append(place)
+        with self._lock:
+            self._joined[session] = _Joined(items, out, ends)
+            while len(self._joined) > _JOINED_SESSIONS:
+                self._joined.popitem(last=False)
+        return out[:]
 
 
 # -- messages in ----------------------------------------------------------------------------
@@ -297,20 +327,18 @@ class _PydanticAIForm:
         return dataclasses.replace(item, parts=parts)
 
 
-def _requests_joined(items: Sequence[ModelMessage]) -> list[ModelMessage]:
-    """The view's items with the pieces of each request, one after another, sent as that one request again."""
-    out: list[ModelMessage] = []
-    for item in items:
-        before = out[-1] if out else None
-        if (
-            isinstance(item, ModelRequest)
-            and isinstance(before, ModelRequest)
-            and _handed_out(before) == _handed_out(item)
-        ):
-            out[-1] = dataclasses.replace(before, parts=[*before.parts, *item.parts])
-        else:
-            out.append(item)
-    return out
+def _same_request(before: ModelRequest, piece: ModelRequest) -> bool:
+    return _handed_out(before) == _handed_out(piece)
+
+
+_JOINED_SESSIONS = 256  # sessions whose last joined prompt a capability keeps
+
+
+@dataclasses.dataclass
+class _Joined:
+    items: list[ModelMessage]
+    messages: list[ModelMessage]
+    ends: list[int]
 
 
 PYDANTIC_AI = _PydanticAIForm()
