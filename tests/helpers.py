@@ -189,3 +189,15 @@ def cached_prompt_equals_cold(store_url: str, make, add, read, script) -> None:
 def char_tokens(text: str) -> int:
     """A tokenizer other than the default, importable by path (``helpers:char_tokens``): one token a character."""
     return len(text)
+
+
+@st.composite
+def tool_loop_turns(draw) -> list[list[list[tuple[str, str]]]]:
+    """Turns of an agent's tool loop, for the framework tests to script their models with: each turn a list
+    of model steps, each step the (call id, folder) of one to three parallel `ls` calls over a few folders
+    (so later calls supersede earlier results); each turn then ends with an answer."""
+    turns = []
+    for t in range(draw(st.integers(1, 4))):
+        steps = draw(st.lists(st.lists(st.sampled_from(["/a", "/b", "/c"]), min_size=1, max_size=3), max_size=4))
+        turns.append([[(f"c{t}-{s}-{n}", path) for n, path in enumerate(step)] for s, step in enumerate(steps)])
+    return turns

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helpers import tool_loop_turns
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import AgentMiddleware, HumanInTheLoopMiddleware
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
@@ -435,20 +435,15 @@ def test_a_subagent_called_from_a_tool_gets_a_session_of_its_own(store_url):
 # -- generated tool loops ---------------------------------------------------------------------
 
 
-@st.composite
-def tool_loops(draw: Any) -> list[list[AIMessage]]:
-    """Turns of model replies: steps of one to three parallel `ls` calls over a few folders, then an answer."""
-    turns = []
-    for t in range(draw(st.integers(1, 4))):
-        steps = draw(st.lists(st.lists(st.sampled_from(["/a", "/b", "/c"]), min_size=1, max_size=3), max_size=4))
-        replies = [call(*((f"c{t}-{s}-{n}", p) for n, p in enumerate(step))) for s, step in enumerate(steps)]
-        turns.append([*replies, say(f"Answer {t}.")])
-    return turns
+def tool_loops(turns: list[list[list[tuple[str, str]]]]) -> list[list[AIMessage]]:
+    """The model's replies for generated turns: each step's parallel `ls` calls, then an answer."""
+    return [[*(call(*step) for step in steps), say(f"Answer {t}.")] for t, steps in enumerate(turns)]
 
 
 @settings(max_examples=8)
-@given(turns=tool_loops())
-def test_generated_tool_loops_stay_valid_and_equal_the_batch(store_url, turns):
+@given(generated=tool_loop_turns())
+def test_generated_tool_loops_stay_valid_and_equal_the_batch(store_url, generated):
+    turns = tool_loops(generated)
     thread = f"thread-{uuid.uuid4().hex[:8]}"
     store = PruneStore(store_url, policy=Policy(budget=600, clear_at_least=200))
     checked = Checked(store_url, thread)

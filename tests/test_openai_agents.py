@@ -403,7 +403,7 @@ def agent_batches(draw: Any) -> list:
     return out
 
 
-@settings(max_examples=40)
+@settings(max_examples=20)
 @given(script=agent_batches())
 def test_the_cached_items_equal_a_cold_read(store_url, script):
     """With reasoning items, calls, outputs, pops and truncates: the patched view is what a cold read gives,

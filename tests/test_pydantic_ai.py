@@ -17,8 +17,8 @@ import uuid
 from typing import Any
 
 import pytest
+from helpers import tool_loop_turns
 from hypothesis import given, settings
-from hypothesis import strategies as st
 from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.messages import (
     ModelMessage,
@@ -294,19 +294,15 @@ def test_two_processes_on_one_conversation(store_url, tmp_path):
 # -- generated tool loops under a budget ---------------------------------------------------------
 
 
-@st.composite
-def tool_loops(draw: Any) -> list[list[list[Any]]]:
-    turns = []
-    for t in range(draw(st.integers(1, 4))):
-        steps = draw(st.lists(st.lists(st.sampled_from(["/a", "/b", "/c"]), min_size=1, max_size=3), max_size=4))
-        replies = [ls_calls(*((f"c{t}-{s}-{n}", p) for n, p in enumerate(step))) for s, step in enumerate(steps)]
-        turns.append([*replies, text(f"Answer {t}.")])
-    return turns
+def tool_loops(turns: list[list[list[tuple[str, str]]]]) -> list[list[list[Any]]]:
+    """The model's responses for generated turns: each step's parallel `ls` calls, then an answer."""
+    return [[*(ls_calls(*step) for step in steps), text(f"Answer {t}.")] for t, steps in enumerate(turns)]
 
 
 @settings(max_examples=8)
-@given(turns=tool_loops())
-def test_generated_tool_loops_stay_paired_and_equal_the_batch(store_url, turns):
+@given(generated=tool_loop_turns())
+def test_generated_tool_loops_stay_paired_and_equal_the_batch(store_url, generated):
+    turns = tool_loops(generated)
     conversation = f"conv-{uuid.uuid4().hex[:8]}"
     store = PruneStore(store_url, policy=Policy(budget=600, clear_at_least=200))
     model = Scripted([reply for replies in turns for reply in replies], store_url, conversation)
