@@ -417,6 +417,14 @@ def test_the_cached_items_equal_a_cold_read(store_url, script):
     cached_prompt_equals_cold(store_url, PruneStoreSession, lambda s, batch: run(s.add_items(batch)), read, script)
 
 
+def test_a_session_on_an_in_memory_store():
+    """An in-memory SQLite database is one thread's connection: the session must not call it from a worker."""
+    with PruneStore("sqlite://") as store:
+        session = PruneStoreSession("s", store)
+        run(session.add_items([{"role": "user", "content": "Hi"}, call("c1").model_dump(exclude_unset=True)]))
+        assert [i.get("call_id") for i in run(session.get_items())] == [None, "c1"]
+
+
 # -- concurrency ---------------------------------------------------------------------------------
 
 

@@ -315,3 +315,12 @@ def test_generated_tool_loops_stay_paired_and_equal_the_batch(store_url, generat
     finally:
         store.close()
         model.close()
+
+
+def test_an_in_memory_store_works_from_the_event_loop():
+    """An in-memory SQLite database is one thread's connection: the capability must not call it from a worker."""
+    with PruneStore("sqlite://") as store:
+        model = Scripted([ls_calls(("c1", "/data")), text("Listed.")])
+        asyncio.run(agent_for(model, PruneStoreHistory(store)).run(QUESTIONS[0], conversation_id="conv"))
+        assert [m.role for m in store.messages("conv")] == ["user", "assistant", "tool_output", "assistant"]
+        assert len(model.seen) == 2 and store.verify("conv").ok

@@ -19,6 +19,7 @@ from typing import Any
 from ..aio import AsyncPruneStore
 from ..formats.transcripts import Importer
 from ..model import Message
+from ..sql.db import in_memory
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..text import KEY_PATTERN
@@ -68,10 +69,17 @@ def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str 
 
 
 async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any) -> Any:
-    """`store.<name>(*args)`: awaited on an `AsyncPruneStore`, run in a worker thread on a `PruneStore`."""
+    """`store.<name>(*args)`: awaited on an `AsyncPruneStore`, run in a worker thread on a `PruneStore`.
+
+    A `PruneStore` on an in-memory SQLite database is called in place: such a database is one
+    connection's, and SQLAlchemy gives each thread a connection of its own (a worker thread would
+    find an empty database); its calls do no I/O to wait for.
+    """
     method = getattr(store, name)
     if isinstance(store, AsyncPruneStore):
         return await method(*args)
+    if in_memory(store.url):
+        return method(*args)
     return await asyncio.to_thread(method, *args)
 
 
