@@ -260,6 +260,32 @@ def test_a_superseded_call_leaves_the_rest_of_its_message(histories):
     validate_openai(convert_to_openai_messages(sent))
 
 
+def test_reasoning_goes_with_the_last_of_its_calls(histories):
+    """Thinking blocks (with their signatures) stay while a call of their message is sent, and never alone."""
+    thinking = {"type": "thinking", "thinking": "Which folders?", "signature": "sig-1"}
+    both = AIMessage(
+        [
+            thinking,
+            *(
+                {"type": "tool_use", "id": i, "name": "ls", "input": {"path": p}}
+                for i, p in (("a1", "/data"), ("a2", "/tmp"))
+            ),
+        ],
+        tool_calls=[
+            {"name": "ls", "args": {"path": "/data"}, "id": "a1"},
+            {"name": "ls", "args": {"path": "/tmp"}, "id": "a2"},
+        ],
+    )
+    history = histories.new()
+    history.add([HumanMessage("go"), both, ToolMessage("x", tool_call_id="a1"), ToolMessage("y", tool_call_id="a2")])
+    history.add([HumanMessage("again"), call("b1"), ToolMessage("x2", tool_call_id="b1")])  # /data again: a1 goes
+    kept = history.messages[1]
+    assert kept.content[0] == thinking and [b.get("id") for b in kept.content[1:]] == ["a2"]
+    history.add([HumanMessage("and tmp"), call("b2", path="/tmp"), ToolMessage("y2", tool_call_id="b2")])  # a2 goes
+    assert [m.content for m in history.messages[:2]] == ["go", "again"]  # no message left with thinking alone
+    validate_openai(convert_to_openai_messages(history.messages))
+
+
 # -- several history objects, threads and stores on one session ------------------------------
 
 

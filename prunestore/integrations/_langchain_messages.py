@@ -45,6 +45,7 @@ _CHAT_ROLES: dict[str, Role] = {
     "system": "system",
 }
 _CALL_BLOCKS = ("tool_use", "tool_call", "function_call", "server_tool_use")
+_REASONING_BLOCKS = ("thinking", "redacted_thinking", "reasoning")
 
 
 # -- LangChain messages in ------------------------------------------------------------
@@ -143,6 +144,8 @@ class _LangChainForm:
                 for b in content
                 if not (isinstance(b, dict) and b.get("type") in _CALL_BLOCKS and b.get("id") in dropped)
             ]
+            if not calls:  # reasoning goes with the last of the calls it led to, never on its own
+                content = [b for b in content if not (isinstance(b, dict) and b.get("type") in _REASONING_BLOCKS)]
         if not calls and not _text(AIMessage(content=content)).strip() and not _other_blocks(content):
             return None
         kwargs = dict(item.additional_kwargs)
