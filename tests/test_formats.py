@@ -103,6 +103,36 @@ def test_anthropic_import_splits_tool_results_into_messages_of_their_own():
     assert ms[4].content == "20C" and ms[5].content == "And tomorrow?"
 
 
+def test_anthropic_thinking_goes_with_the_last_of_its_calls(store):
+    """Rendered for Anthropic, a thinking block (with its signature) stays while a call of its message is sent,
+    and is never sent alone."""
+    thinking = {"type": "thinking", "thinking": "Which cities?", "signature": "sig-1"}
+
+    def asked(n: int, *cities: str) -> list[dict]:
+        uses = [{"type": "tool_use", "id": f"t{n}{c}", "name": "weather", "input": {"city": c}} for c in cities]
+        results = [{"type": "tool_result", "tool_use_id": f"t{n}{c}", "content": f"{c}: sun"} for c in cities]
+        return [
+            {"role": "user", "content": f"Weather {n}?"},
+            {"role": "assistant", "content": [thinking, *uses]},
+            {"role": "user", "content": results},
+            {"role": "assistant", "content": f"Answer {n}."},
+        ]
+
+    transcript = asked(1, "Paris", "Rome")
+    store.append("s", from_anthropic(transcript))
+    assert store.render("s", format="anthropic").messages[1]["content"] == transcript[1]["content"]
+    transcript += asked(2, "Paris")  # Paris again: t1Paris goes, and Rome keeps the thinking
+    store.append("s", from_anthropic(transcript))
+    sent = store.render("s", format="anthropic").messages
+    assert sent[1] == {"role": "assistant", "content": [thinking, transcript[1]["content"][2]]}
+    transcript += asked(3, "Rome")  # Rome again: the first message has no call left, so no thinking either
+    store.append("s", from_anthropic(transcript))
+    sent = store.render("s", format="anthropic").messages
+    assert sent[:2] == [{"role": "user", "content": "Weather 1?"}, {"role": "assistant", "content": "Answer 1."}]
+    assert all(not (m["role"] == "assistant" and m["content"] == [thinking]) for m in sent)
+    validate_anthropic(None, sent)
+
+
 def test_bad_transcripts_raise_naming_the_field():
     with pytest.raises(InvalidMessageError, match=r"messages\[0\].role='robot'"):
         from_openai([{"role": "robot", "content": "x"}])

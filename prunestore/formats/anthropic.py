@@ -11,6 +11,8 @@ from .plan import Item, as_blocks, assistant_text, call_input, kept_calls, plain
 from .text import anthropic_text
 from .transcripts import Importer, KeysHook, check_dict, check_list
 
+REASONING_BLOCKS = frozenset({"thinking", "redacted_thinking"})
+
 
 def from_anthropic(
     messages: Sequence[Mapping[str, Any]],
@@ -102,6 +104,8 @@ def to_anthropic(plan: list[tuple[Item, list[Item]]]) -> tuple[str | list | None
                         for b in as_blocks(item.original["content"])
                         if b.get("type") != "tool_use" or b.get("id") in keep
                     ]
+                    if not keep:  # reasoning goes with the last of the calls it led to, never on its own
+                        content = [b for b in content if b.get("type") not in REASONING_BLOCKS]
                 else:
                     text = assistant_text(item)
                     content = ([{"type": "text", "text": text}] if text else []) + [

@@ -39,6 +39,7 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
+from ..formats.anthropic import REASONING_BLOCKS
 from ..formats.text import anthropic_text
 from ..frozen import FrozenDict, FrozenList, freeze
 from ..model import Message, StoredMessage
@@ -50,7 +51,6 @@ from ._shared import blocking, importer_after, on_store, with_call_keys
 
 __all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
 
-_REASONING = frozenset({"thinking", "redacted_thinking"})
 _BREAKPOINT = {"type": "ephemeral"}
 
 
@@ -202,7 +202,7 @@ class _AnthropicMessages:
     def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
         blocks = [b for b in item["content"] if b.get("type") != "tool_use" or b.get("id") not in dropped]
         if not any(b.get("type") == "tool_use" for b in blocks):  # reasoning goes with the last of its calls
-            blocks = [b for b in blocks if b.get("type") not in _REASONING]
+            blocks = [b for b in blocks if b.get("type") not in REASONING_BLOCKS]
         if not any(b.get("type") != "text" or b.get("text") for b in blocks):
             return None
         return freeze({**item, "content": blocks})
