@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +59,20 @@ def importer_after(
             if call_id in wanted:
                 importer.calls[call_id] = (name, arguments)
     return importer
+
+
+def unstored(state: SessionState, count: int, id_at: Callable[[int], str], last: str | None) -> list[int]:
+    """The places, among `count` messages whose ids `id_at` gives, of those the session does not hold.
+
+    The messages are the session's, in order, plus new ones: its last message (`last`, one indexed
+    read) is found from the end, and what follows it is new. Where it is not among them (the list was
+    rewritten, or another writer appended), each id is looked up.
+    """
+    start = next((p + 1 for p in range(count - 1, -1, -1) if id_at(p) == last), None) if last else 0
+    if start is None:
+        stored = state.stored(map(id_at, range(count)))
+        return [p for p in range(count) if id_at(p) not in stored]
+    return list(range(start, count))
 
 
 def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str | None = None) -> Message:

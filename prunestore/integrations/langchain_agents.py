@@ -36,7 +36,7 @@ from ..model import Message
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import blocking, on_store
+from ._shared import blocking, on_store, unstored
 
 __all__ = ["PruneStoreMiddleware"]
 
@@ -106,24 +106,13 @@ class PruneStoreMiddleware(AgentMiddleware):
 
 
 def _new_messages(messages: Sequence[BaseMessage], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
-    """The builder that appends, under the session's lock, the messages of `messages` the session lacks.
-
-    The state's messages are the session's, in order, plus new ones at the end: the session's last
-    message is found in the state (one indexed read), and what follows it is new. Where it is not
-    there (the state was rewritten, or another writer appended), each id is looked up.
-    """
+    """The builder that appends, under the session's lock, the messages of `messages` the session lacks."""
 
     def id_at(place: int) -> str:
         return messages[place].id or f"lc-at-{place}"
 
     def build(state: SessionState) -> list[Message]:
-        last, places = state.last_id(), range(len(messages) - 1, -1, -1)
-        start = next((place + 1 for place in places if id_at(place) == last), None) if last else 0
-        if start is None:
-            stored = state.stored(map(id_at, range(len(messages))))
-            new = [place for place in range(len(messages)) if id_at(place) not in stored]
-        else:
-            new = list(range(start, len(messages)))
+        new = unstored(state, len(messages), id_at, state.last_id())
         return builder([messages[i] for i in new], options, list(map(id_at, new)))(state) if new else []
 
     return build

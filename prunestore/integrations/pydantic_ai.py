@@ -63,7 +63,7 @@ from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import importer_after, on_store, with_call_keys
+from ._shared import importer_after, on_store, unstored, with_call_keys
 
 __all__ = ["PruneStoreHistory", "PYDANTIC_AI"]
 
@@ -153,23 +153,13 @@ class PruneStoreHistory(AbstractCapability[Any]):
 
 
 def _new_messages(messages: Sequence[ModelMessage], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
-    """The builder that appends, under the session's lock, the messages the session lacks.
-
-    The session's last message is found among `messages` by its id, from the end (one indexed read,
-    and ids worked out only back to it), and what follows it is new; where it is not there, each id is
-    looked up.
-    """
+    """The builder that appends, under the session's lock, the messages the session lacks (ids worked
+    out from the end, only back to the session's last message)."""
     ids = _Ids(messages)
 
     def build(state: SessionState) -> list[Message]:
         last = (state.last_id() or "").split(_PIECE)[0]
-        places = range(len(messages) - 1, -1, -1)
-        start = next((i + 1 for i in places if ids[i] == last), None) if last else 0
-        if start is None:
-            stored = state.stored(ids[i] for i in range(len(messages)))
-            new = [i for i in range(len(messages)) if ids[i] not in stored]
-        else:
-            new = [i for i in range(start, len(messages)) if not _handed_out(messages[i])]
+        new = [i for i in unstored(state, len(messages), ids.__getitem__, last) if not _handed_out(messages[i])]
         return _stored_form([messages[i] for i in new], [ids[i] for i in new], options)(state) if new else []
 
     return build
