@@ -51,14 +51,13 @@ def main() -> None:
         api_key="offline", http_client=httpx2.Client(transport=httpx2.MockTransport(scripted_model))
     )
     with PruneStore(os.environ.get("PRUNESTORE_URL", "sqlite:///prunestore.db")) as store:
-        history = AnthropicHistory("weather-chat", store)
+        history = AnthropicHistory("weather-chat", store, system="Be brief.")
         for question in ["What is the weather in Paris?", "And in Oslo?", "Once more for Paris?"]:
             history.add([{"role": "user", "content": question}])
             while True:
-                sent = history.messages()
-                response = client.messages.create(
-                    model="claude-sonnet-4-5", max_tokens=512, system="Be brief.", tools=TOOLS, messages=sent
-                )
+                request = history.request()  # system and messages, each with a cache breakpoint
+                sent = request["messages"]
+                response = client.messages.create(model="claude-sonnet-4-5", max_tokens=512, tools=TOOLS, **request)
                 history.add([response])
                 calls = [b for b in response.content if b.type == "tool_use"]
                 if not calls:

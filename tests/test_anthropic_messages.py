@@ -221,3 +221,65 @@ def test_the_merge_kept_between_calls_equals_a_fresh_one(store):
     mine = copy.deepcopy(sent)
     mine[0]["content"] = "changed by the caller"
     assert history.messages() == sent
+
+
+def breakpoints(body: dict) -> int:
+    return json.dumps(body).count('"cache_control"')
+
+
+def test_a_request_sends_the_system_prompt_with_a_breakpoint_of_its_own(store):
+    model = Model(SCRIPT[:2])
+    sdk = client(model)
+    history = AnthropicHistory("s", store, system="You answer about the weather.")
+    history.add([{"role": "user", "content": "Weather in Paris?"}])
+    while True:
+        request = history.request()
+        response = sdk.messages.create(model="claude-test", max_tokens=100, **request)
+        body = model.bodies[-1]
+        assert body["system"] == [
+            {"type": "text", "text": "You answer about the weather.", "cache_control": {"type": "ephemeral"}}
+        ]
+        assert body["messages"] == history.messages() == request["messages"]
+        assert breakpoints(body) == 2  # the system's and the prompt's last block: two of the API's four
+        validate_anthropic(None, body["messages"])
+        history.add([response])
+        uses = [b for b in response.content if b.type == "tool_use"]
+        if not uses:
+            break
+        results = [{"type": "tool_result", "tool_use_id": u.id, "content": "sun"} for u in uses]
+        history.add([{"role": "user", "content": results}])
+    assert len(model.bodies) == 2 and store.verify().ok
+    # The system prompt is not stored: another history on the session sends its own, or none.
+    assert "system" not in AnthropicHistory("s", store).request()
+    assert "You answer" not in json.dumps([m.content for m in store.messages("s")])
+
+
+def test_the_system_prompt_as_blocks_keeps_a_breakpoint_the_caller_set(store):
+    hour = {"type": "ephemeral", "ttl": "1h"}
+    blocks = [{"type": "text", "text": "Rules."}, {"type": "text", "text": "Tools.", "cache_control": hour}]
+    history = AnthropicHistory("s", store, system=blocks)
+    history.add([{"role": "user", "content": "Hello"}])
+    assert history.request()["system"] == blocks
+    plain = AnthropicHistory("s", store, system=[{"type": "text", "text": "Rules."}], cache=False)
+    assert plain.request() == {"system": [{"type": "text", "text": "Rules."}], "messages": plain.messages()}
+    assert breakpoints(plain.request()) == 0
+    assert blocks[1]["cache_control"] is hour and "cache_control" not in blocks[0]  # the caller's list unchanged
+    assert AnthropicHistory("s", store, system="").request() == {"messages": history.messages()}
+
+
+def test_a_system_prompt_that_is_not_text_is_refused_by_name(store):
+    for bad in (5, [{"type": "image", "source": {}}], ["Rules."]):
+        with pytest.raises(InvalidMessageError, match="system="):
+            AnthropicHistory("s", store, system=bad)
+
+
+def test_an_async_request_sends_the_system_prompt(store_url):
+    async def main() -> None:
+        async with AsyncPruneStore(store_url) as store:
+            history = AnthropicHistory("a", store, system="Be brief.")
+            await history.aadd([{"role": "user", "content": "Hi"}])
+            request = await history.arequest()
+            assert request["system"][0]["text"] == "Be brief." and request["messages"] == await history.amessages()
+            assert breakpoints(request) == 2
+
+    asyncio.run(main())

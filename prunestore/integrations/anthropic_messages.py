@@ -23,6 +23,12 @@ as `OpenAIChatHistory`'s are.
   ``cache_control`` breakpoint, so each call reads the previous call's
   prompt from Anthropic's prompt cache and writes only what is new; under a
   budget with removal events that prefix stays put between events.
+- The system prompt, given to the history as ``system=``, is not stored (it
+  is the caller's code, not the conversation): `request` gives it with the
+  messages, its last block with a breakpoint of its own (with ``cache``), so
+  tools and system stay cached when an event changes the first messages.
+  That makes two of the four breakpoints the API allows, one left for the
+  caller's ``tools``.
 
 Where nothing was pruned, `messages` is the list of messages as given, with
 consecutive messages of one role merged and the breakpoint added.
@@ -60,14 +66,23 @@ class AnthropicHistory:
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
     `amessages`). Options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_anthropic`.
-    The system prompt is not part of the history: pass it to ``create`` as
-    ``system=`` (with a ``cache_control`` of its own if it is long).
+    `system` (a string, or a list of text blocks) is the system prompt that
+    `request` sends with the messages; it is not stored.
     """
 
-    def __init__(self, session: str, store: PruneStore | AsyncPruneStore, *, cache: bool = True, **options: Any):
+    def __init__(
+        self,
+        session: str,
+        store: PruneStore | AsyncPruneStore,
+        *,
+        system: str | Sequence[Mapping[str, Any]] | None = None,
+        cache: bool = True,
+        **options: Any,
+    ):
         self.session = session
         self.store = store
         self.cache = cache
+        self.system = _system(system)
         self.options = options
 
     def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
@@ -84,6 +99,11 @@ class AnthropicHistory:
             return []
         return _merged(self.store, self.session, items, self.cache)
 
+    def request(self) -> dict[str, Any]:
+        """``system`` (when given) and ``messages``: ``client.messages.create(model=..., max_tokens=...,
+        **history.request())``."""
+        return self._request(self.messages())
+
     async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
         params = _params(messages)
         if params:
@@ -96,8 +116,35 @@ class AnthropicHistory:
             return []
         return _merged(self.store, self.session, items, self.cache)
 
+    async def arequest(self) -> dict[str, Any]:
+        return self._request(await self.amessages())
+
+    def _request(self, messages: list[dict]) -> dict[str, Any]:
+        if self.system is None:
+            return {"messages": messages}
+        system = list(self.system)
+        if self.cache and "cache_control" not in system[-1]:  # a breakpoint the caller set (a 1-hour one) stays
+            system = _with_breakpoint(system)
+        return {"system": system, "messages": messages}
+
     def _blocking(self) -> PruneStore:
-        return blocking(self.store, "aadd / amessages")
+        return blocking(self.store, "aadd / amessages / arequest")
+
+
+def _system(system: str | Sequence[Mapping[str, Any]] | None) -> list[dict] | None:
+    """The system prompt as text blocks (the form a breakpoint needs); None or empty: no system prompt."""
+    if system is None or system == "" or system == []:
+        return None
+    if isinstance(system, str):
+        return [{"type": "text", "text": system}]
+    blocks: list[Any] = list(system) if isinstance(system, Sequence) else []
+    if blocks and all(isinstance(b, Mapping) and b.get("type") == "text" for b in blocks):
+        return [dict(b) for b in blocks]
+    raise InvalidMessageError(f"system={shorten(system)}: a string or a list of text blocks")
+
+
+def _with_breakpoint(blocks: list) -> list:
+    return [*blocks[:-1], {**blocks[-1], "cache_control": dict(_BREAKPOINT)}]
 
 
 def _params(messages: Sequence[Mapping[str, Any] | Any]) -> list[dict]:
@@ -245,8 +292,7 @@ def _sendable(messages: list[dict], cache: bool) -> list[dict]:
     if cache and out:
         blocks = _blocks(out[-1]["content"])
         if blocks:
-            last = [*blocks[:-1], {**blocks[-1], "cache_control": dict(_BREAKPOINT)}]
-            out[-1] = {"role": out[-1]["role"], "content": last}
+            out[-1] = {"role": out[-1]["role"], "content": _with_breakpoint(blocks)}
     return out
 
 
