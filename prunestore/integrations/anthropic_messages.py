@@ -133,10 +133,10 @@ class AnthropicHistory:
 
 def _system(system: str | Sequence[Mapping[str, Any]] | None) -> list[dict] | None:
     """The system prompt as text blocks (the form a breakpoint needs); None or empty: no system prompt."""
-    if system is None or system == "" or system == []:
-        return None
     if isinstance(system, str):
-        return [{"type": "text", "text": system}]
+        return [{"type": "text", "text": system}] if system else None
+    if system is None or (isinstance(system, Sequence) and not system):
+        return None
     blocks: list[Any] = list(system) if isinstance(system, Sequence) else []
     if blocks and all(isinstance(b, Mapping) and b.get("type") == "text" for b in blocks):
         return [dict(b) for b in blocks]
