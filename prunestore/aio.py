@@ -36,7 +36,7 @@ from .sql import db
 from .sql.sessions import SessionState
 from .sql.settings import chosen_tokenizer
 from .store import PruneStore
-from .views import Form
+from .views import Form, Prompt
 from .whatif import WhatIf
 
 __all__ = ["AsyncPruneStore"]
@@ -214,7 +214,7 @@ class AsyncPruneStore:
     async def live(self, session: str) -> list[StoredMessage]:
         return await self._call(PruneStore.live, session)
 
-    async def view(self, session: str, form: Form) -> list[Any]:
+    async def view(self, session: str, form: Form) -> Prompt:
         return await self._call(PruneStore.view, session, form)
 
     async def append_with(self, session: str, build: Callable[[SessionState], Message | Iterable[Message]]) -> Delta:

@@ -39,7 +39,7 @@ from .sql.rows import (
     seq_column,
     stored_message,
 )
-from .views import CachedView, Form, View
+from .views import CachedView, Form, Prompt, View
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
@@ -218,7 +218,7 @@ def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> l
     return entry.messages()
 
 
-def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form: Form) -> list[Any]:
+def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form: Form) -> Prompt:
     """The session's prompt in `form`'s objects through the cache, kept and patched like `read_live`'s list."""
     cached = cache.max_bytes > 0 and row.stamp is not None
     entry = cache.get(name, row, form.name) if cached else None

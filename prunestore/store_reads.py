@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from . import catalog, queries, whatif
 from .appending import Options, check_ids, check_session_name
@@ -23,7 +23,7 @@ from .sql.driver import Driver
 from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
 from .sql.sessions import find_session
 from .sql.settings import Settings, recorded_policies
-from .views import Form
+from .views import Form, Prompt
 from .whatif import WhatIf
 
 if TYPE_CHECKING:
@@ -67,13 +67,16 @@ class StoreReads:
         with db.transaction(self.engine, f"read session {session!r}", snapshot=self.live_cache.max_bytes > 0) as d:
             return read_live(self.live_cache, d, session, self._session(d, session))
 
-    def view(self, session: str, form: Form) -> list[Any]:
+    def view(self, session: str, form: Form) -> Prompt:
         """The session's prompt as a framework's objects (see `prunestore.views`), in append order.
 
         Kept in memory beside the live list, and patched the same way: a call
         after this store's own append reads the session's row and the rows
         that append changed. The list is new on every call; the objects in it
-        are shared between calls and must not be changed.
+        are shared between calls and must not be changed. Its `stable`
+        attribute counts the first items that stay as they are through the
+        next removal event (all of them when nothing is pending): where a
+        prompt cache breakpoint keeps its worth across the event.
         """
         with db.transaction(self.engine, f"read session {session!r}", snapshot=self.live_cache.max_bytes > 0) as d:
             return read_view(self.live_cache, d, session, self._session(d, session), form)

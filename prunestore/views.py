@@ -33,7 +33,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from .model import StoredMessage
+from .model import PENDING, StoredMessage
 from .sql.rows import metadata_column, seq_column, stored_message
 
 _ITEM_OVERHEAD = (
@@ -85,6 +85,7 @@ class View:
     waiting: int = 0  # the last caller, while only results follow it and some of its calls have none yet
     steps: list[int] = field(default_factory=list)  # seqs of the messages that are not results, ascending
     leaders: dict[int, Any] = field(default_factory=dict)  # seq of a message that leads -> its item (None: pruned)
+    pending: set[int] = field(default_factory=set)  # seqs of the messages sent until the next removal event
     last_seq: int = 0
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
@@ -100,6 +101,10 @@ class View:
             for row in sorted(rows, key=seq_column):
                 message = stored_message(row)
                 seq, live = message.seq, message.live
+                if message.verdict == PENDING:
+                    self.pending.add(seq)
+                else:
+                    self.pending.discard(seq)
                 unit = self.form.unit(message) if seq > self.last_seq or seq not in self.callers else None
                 if seq > self.last_seq:
                     dirty.update(self._register(seq, unit, len(message.content) + len(metadata_column(row) or "")))
@@ -177,6 +182,7 @@ class View:
         del self.order[i:], self.items[i:]
         while self.leaders and next(reversed(self.leaders)) > last:  # registered in seq order
             self.leaders.popitem()
+        self.pending = {seq for seq in self.pending if seq <= last}
         self.last_seq = min(self.last_seq, last)
         last_step = self.moved_on
         self.waiting = last_step if last_step in self.callers else 0
@@ -225,9 +231,30 @@ class View:
             self.order.insert(i, seq)
             self.items.insert(i, item)
 
-    def prompt(self) -> list[Any]:
+    def prompt(self) -> Prompt:
         with self.lock:
-            return self.items[:]
+            prompt = Prompt(self.items)
+            prompt.stable = self._stable()
+            return prompt
+
+    def _stable(self) -> int:
+        """How many of the first items stay as they are at the next removal event, which takes the pending
+        messages out: those before the first pending message, its caller when it is a result (the call goes
+        with it), and the leaders right before either (they go with what they lead)."""
+        if not self.pending:
+            return len(self.items)
+        first = min(self.owners.get(seq, seq) for seq in self.pending)
+        while first - 1 in self.leaders:
+            first -= 1
+        return bisect_left(self.order, first)
+
+
+class Prompt(list):
+    """A view's items, in a new list; `stable` of the first stay as they are through the next removal event
+    (all of them when nothing is pending), so a provider's prompt cache can keep them across it."""
+
+    __slots__ = ("stable",)
+    stable: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -13,9 +13,12 @@ import json
 from collections.abc import Iterator
 
 import pytest
+from helpers import tool_loop_turns
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from providers import validate_anthropic
 
-from prunestore import AsyncPruneStore, InvalidMessageError, PruneStore
+from prunestore import AsyncPruneStore, InvalidMessageError, Policy, PruneStore
 from prunestore.integrations.anthropic_messages import AnthropicHistory
 
 anthropic = pytest.importorskip("anthropic")
@@ -283,3 +286,95 @@ def test_an_async_request_sends_the_system_prompt(store_url):
             assert breakpoints(request) == 2
 
     asyncio.run(main())
+
+
+# -- the breakpoint before the pending messages: an event leaves the part before it cached ------
+
+
+def cached_blocks(messages: list[dict]) -> list[tuple[str, dict, bool]]:
+    """The prompt's blocks in order: role, block without its breakpoint, whether it had one."""
+    out = []
+    for m in messages:
+        for block in [{"type": "text", "text": m["content"]}] if isinstance(m["content"], str) else m["content"]:
+            out.append((m["role"], {k: v for k, v in block.items() if k != "cache_control"}, "cache_control" in block))
+    return out
+
+
+def before_the_pending(messages: list[dict]) -> list[tuple[str, dict, bool]] | None:
+    """The blocks up to the breakpoint that is not the last one; None when the prompt has only the last."""
+    blocks = cached_blocks(messages)
+    marks = [n for n, (_, _, marked) in enumerate(blocks) if marked]
+    return [(role, block, False) for role, block, _ in blocks[: marks[0] + 1]] if len(marks) == 2 else None
+
+
+def tool_loop(history: AnthropicHistory, turns: list[list[list[tuple[str, str]]]], listing: int = 40) -> Iterator:
+    """Add an agent's turns to the history a message at a time (results of a step together, as the API
+    sends them), yielding after each add."""
+    for t, steps in enumerate(turns):
+        history.add([{"role": "user", "content": f"Question {t}: what is in these folders?"}])
+        yield
+        for step in steps:
+            history.add([{"role": "assistant", "content": [tool_use(c, path) for c, path in step]}])
+            yield
+            results = [
+                {"type": "tool_result", "tool_use_id": c, "content": f"{path}: " + "x " * listing} for c, path in step
+            ]
+            history.add([{"role": "user", "content": results}])
+            yield
+        history.add([{"role": "assistant", "content": f"Answer {t}."}])
+        yield
+
+
+def events_keep_the_part_before_the_pending(store: PruneStore, turns) -> int:
+    """Drive the loop; at each event that takes out what was pending and only messages after those (the
+    append's own drops), bringing back nothing, the prompt after it begins with the blocks up to the earlier
+    breakpoint of the prompt before it. Returns how many such events had that breakpoint."""
+    history = AnthropicHistory("s", store)
+    checked, before, pending, seqs, events = 0, None, set(), {}, 0
+    for _ in tool_loop(history, turns):
+        sent = history.messages()
+        validate_anthropic(None, sent, waiting_at_end=True)
+        assert sum(marked for _, _, marked in cached_blocks(sent)) <= 2
+        rows = store.messages("s")
+        in_prompt = {m.id for m in rows if m.live}
+        now = store.stats("s").events
+        if before is not None and before[0] is not None and now > events:
+            gone, back = before[1] - in_prompt, in_prompt - before[1]
+            after_pending = all(seqs.get(i, 1 << 62) > max(seqs[p] for p in pending) for i in gone - pending)
+            if pending and after_pending and not back & seqs.keys():
+                after = [(role, block, False) for role, block, _ in cached_blocks(sent)]
+                assert after[: len(before[0])] == before[0]
+                checked += 1
+        before, events = (before_the_pending(sent), in_prompt), now
+        pending, seqs = {m.id for m in rows if m.verdict == "pending"}, {m.id: m.seq for m in rows}
+    assert store.verify("s").ok
+    return checked
+
+
+def test_an_event_leaves_the_prompt_before_the_pending_messages_in_the_cache(open_store):
+    store = open_store(Policy(budget=900, clear_at_least=300))
+    again = [[[(f"c{i}", f"/d{i % 4}")] for i in range(24)]]  # the same four folders again: superseded results
+    folders = [*KEEP, *again]
+    assert events_keep_the_part_before_the_pending(store, folders) >= 2
+
+
+def renamed(run: int, turns: list) -> list:
+    return [[[(f"r{run}-{call}", path) for call, path in step] for step in turn] for turn in turns]
+
+
+KEEP = [[[(f"k{i}", f"/keep{i}")] for i in range(3)]]  # listed once: their results stay
+agent_runs = st.lists(tool_loop_turns(), min_size=1, max_size=4).map(
+    lambda runs: KEEP + [turn for n, run in enumerate(runs) for turn in renamed(n, run)]
+)
+
+
+@settings(max_examples=25)
+@given(turns=agent_runs, budget=st.integers(300, 3000), clear=st.integers(40, 400))
+def test_any_event_that_takes_out_only_pending_messages_keeps_the_earlier_breakpoints_part(
+    store_url, turns, budget, clear
+):
+    with PruneStore(store_url) as store:
+        for name in store.sessions():  # an empty start for every example
+            store.delete_session(name)
+        store.rebuild(policy=Policy(budget=budget, clear_at_least=clear))
+        events_keep_the_part_before_the_pending(store, turns)

@@ -22,12 +22,15 @@ as `OpenAIChatHistory`'s are.
 - With ``cache=True`` (the default) the last block of the prompt carries a
   ``cache_control`` breakpoint, so each call reads the previous call's
   prompt from Anthropic's prompt cache and writes only what is new; under a
-  budget with removal events that prefix stays put between events.
+  budget with removal events that prefix stays put between events. While
+  messages are pending (in the prompt until the next event takes them
+  out), a second breakpoint ends the part before them, which the event
+  leaves as it is: the call after the event reads that part from the cache.
 - The system prompt, given to the history as ``system=``, is not stored (it
   is the caller's code, not the conversation): `request` gives it with the
   messages, its last block with a breakpoint of its own (with ``cache``), so
   tools and system stay cached when an event changes the first messages.
-  That makes two of the four breakpoints the API allows, one left for the
+  That makes three of the four breakpoints the API allows, one left for the
   caller's ``tools``.
 
 Where nothing was pruned, `messages` is the list of messages as given, with
@@ -52,7 +55,7 @@ from ..model import Message, StoredMessage
 from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
-from ..views import Unit
+from ..views import Prompt, Unit
 from ._shared import blocking, importer_after, on_store, with_call_keys
 
 __all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
@@ -258,12 +261,13 @@ class _AnthropicMessages:
 ANTHROPIC_MESSAGES = _AnthropicMessages()
 
 
-def alternating(items: list[dict], cache: bool) -> list[dict]:
+def alternating(items: Prompt, cache: bool) -> list[dict]:
     """The items as the API takes them: consecutive ones of a role merged (tool results first) and, with
-    `cache`, a breakpoint on the last block."""
+    `cache`, breakpoints on the last block and on the last that the next removal event leaves in place."""
     messages: list[dict] = []
-    _merge(items, 0, messages, [])
-    return _sendable(messages, cache)
+    ends: list[int] = []
+    _merge(items, 0, messages, ends)
+    return _sendable(messages, cache, _stable_end(messages, ends, items.stable))
 
 
 def _merge(items: list[dict], start: int, messages: list[dict], ends: list[int]) -> None:
@@ -286,13 +290,31 @@ def _merge(items: list[dict], start: int, messages: list[dict], ends: list[int])
         ends[-1] = index
 
 
-def _sendable(messages: list[dict], cache: bool) -> list[dict]:
-    """A new list of the shared read-only messages, with the breakpoint on a copy of the last one."""
+def _stable_end(messages: list[dict], ends: list[int], stable: int) -> int:
+    """The index of the last message whose blocks begin the prompt after the next removal event, which
+    leaves the first `stable` items in place; -1 for none.
+
+    The messages made of stable items alone stay, but the last of them may merge with what follows once
+    the event takes out the messages between: an assistant's blocks stay first, a user's may not (its
+    merged tool results go first), so then it is the message before.
+    """
+    if not ends or stable > ends[-1]:  # nothing pending: the last breakpoint is the one
+        return -1
+    whole = bisect_right(ends, stable - 1)  # messages whose items are all stable
+    if whole and messages[whole - 1]["role"] == "user":
+        whole -= 1
+    return whole - 1
+
+
+def _sendable(messages: list[dict], cache: bool, stable_end: int = -1) -> list[dict]:
+    """A new list of the shared read-only messages, with breakpoints on copies of the last one and of the
+    one at `stable_end` (when it is another)."""
     out = list(messages)
-    if cache and out:
-        blocks = _blocks(out[-1]["content"])
-        if blocks:
-            out[-1] = {"role": out[-1]["role"], "content": _with_breakpoint(blocks)}
+    if cache:
+        for index in {len(out) - 1, stable_end} - {-1}:
+            blocks = _blocks(out[index]["content"])
+            if blocks:
+                out[index] = {"role": out[index]["role"], "content": _with_breakpoint(blocks)}
     return out
 
 
@@ -310,7 +332,7 @@ _merged_by_store: weakref.WeakKeyDictionary[Any, OrderedDict[str, _Merged]] = we
 _merged_lock = threading.Lock()
 
 
-def _merged(store: Any, session: str, items: list[dict], cache: bool) -> list[dict]:
+def _merged(store: Any, session: str, items: Prompt, cache: bool) -> list[dict]:
     """`alternating(items, cache)`, reusing the messages of the previous call on the session's items that
     are still the same objects (the view's items are shared until their row changes)."""
     with _merged_lock:
@@ -328,7 +350,7 @@ def _merged(store: Any, session: str, items: list[dict], cache: bool) -> list[di
         kept[session] = _Merged(items, messages, ends)
         while len(kept) > _MERGED_SESSIONS:
             kept.popitem(last=False)
-    return _sendable(messages, cache)
+    return _sendable(messages, cache, _stable_end(messages, ends, items.stable))
 
 
 def _blocks(content: str | list) -> list:
