@@ -160,3 +160,17 @@ def anthropic_from_openai(messages: list[dict]) -> tuple[str | None, list[dict]]
         else:
             out.append({"role": "user", "content": m["content"]})
     return system, out
+
+
+class ScriptedAPI:
+    """The HTTP side of a provider's API for an SDK's ``MockTransport``: records each request's JSON body
+    and answers with the next body of the script, as a `response` (the SDK's HTTP library's class)."""
+
+    def __init__(self, script: list[dict], response: Any) -> None:
+        self.answers = iter(script)
+        self.bodies: list[dict] = []
+        self.response = response
+
+    def __call__(self, request: Any) -> Any:
+        self.bodies.append(json.loads(request.content))
+        return self.response(200, json=next(self.answers))

@@ -16,7 +16,7 @@ import pytest
 from helpers import tool_loop_turns
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from providers import validate_anthropic
+from providers import ScriptedAPI, validate_anthropic
 
 from prunestore import AsyncPruneStore, InvalidMessageError, Policy, PruneStore
 from prunestore.integrations.anthropic_messages import AnthropicHistory
@@ -55,19 +55,11 @@ SCRIPT = [  # the model's answers, in order: two turns ask for Paris, so the fir
 ]
 
 
-class Model:
-    """The HTTP side of the Messages API: records each request body, answers from the script."""
-
-    def __init__(self, script: list[dict]) -> None:
-        self.answers: Iterator[dict] = iter(script)
-        self.bodies: list[dict] = []
-
-    def __call__(self, request):
-        self.bodies.append(json.loads(request.content))
-        return httpx.Response(200, json=next(self.answers))
+def scripted(script: list[dict]) -> ScriptedAPI:
+    return ScriptedAPI(script, httpx.Response)
 
 
-def client(model: Model):
+def client(model: ScriptedAPI):
     return anthropic.Anthropic(api_key="test", http_client=httpx.Client(transport=httpx.MockTransport(model)))
 
 
@@ -81,7 +73,7 @@ def without_breakpoint(messages: list[dict]) -> list[dict]:
     return [*earlier, {**last, "content": [*blocks, final]}]
 
 
-def converse(history: AnthropicHistory, model: Model, questions: list[str]) -> list[dict]:
+def converse(history: AnthropicHistory, model: ScriptedAPI, questions: list[str]) -> list[dict]:
     """The tool loop a caller writes; returns the list of messages it would keep without prunestore."""
     sdk, plain = client(model), []
     for question in questions:
@@ -105,7 +97,7 @@ def converse(history: AnthropicHistory, model: Model, questions: list[str]) -> l
 
 
 def test_with_nothing_pruned_the_sdk_sends_what_the_callers_list_holds(store):
-    model = Model(SCRIPT[:4])
+    model = scripted(SCRIPT[:4])
     history = AnthropicHistory("s", store)
     plain = converse(history, model, ["Weather in Paris?", "And Oslo?"])
     for body, upto in zip(model.bodies, (1, 3, 5, 7), strict=True):
@@ -114,7 +106,7 @@ def test_with_nothing_pruned_the_sdk_sends_what_the_callers_list_holds(store):
 
 
 def test_a_superseded_result_goes_with_its_call_and_its_reasoning(store):
-    model = Model(SCRIPT)
+    model = scripted(SCRIPT)
     history = AnthropicHistory("s", store)
     converse(history, model, ["Weather in Paris?", "And Oslo?", "Paris again?"])
     last = model.bodies[-1]["messages"]
@@ -158,7 +150,7 @@ def test_bad_messages_are_refused_by_name(store):
 
 def test_on_the_async_store_and_the_async_client(store_url):
     async def main() -> None:
-        model = Model(SCRIPT[:2])
+        model = scripted(SCRIPT[:2])
         sdk = anthropic.AsyncAnthropic(
             api_key="test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(model))
         )
@@ -231,7 +223,7 @@ def breakpoints(body: dict) -> int:
 
 
 def test_a_request_sends_the_system_prompt_with_a_breakpoint_of_its_own(store):
-    model = Model(SCRIPT[:2])
+    model = scripted(SCRIPT[:2])
     sdk = client(model)
     history = AnthropicHistory("s", store, system="You answer about the weather.")
     history.add([{"role": "user", "content": "Weather in Paris?"}])

@@ -114,6 +114,14 @@ def test_anthropic_messages_example(store_url, tmp_path):
     assert "calls in the prompt: Oslo, Paris; stored: 24 messages" in second and "verify: ok" in second
 
 
+def test_openai_responses_example(store_url, tmp_path):
+    first = run_example("openai_responses.py", tmp_path, store_url)
+    assert "Once more, what is in /data?   -> It holds a.csv and b.csv.  input: 11 items" in first
+    assert "calls in the input: /logs, /data; stored: 15 items" in first and "verify: ok" in first
+    second = run_example("openai_responses.py", tmp_path, store_url)  # the session goes on
+    assert "calls in the input: /logs, /data; stored: 30 items" in second and "verify: ok" in second
+
+
 def test_fastapi_chatbot_over_http(store_url, monkeypatch):
     """Two sessions, driven over HTTP: each prompt holds one file listing however often files are listed."""
     import importlib.util

@@ -27,6 +27,7 @@ INTEGRATION_TESTS = [
     "test_langchain_agents.py",
     "test_openai_agents.py",
     "test_anthropic_messages.py",
+    "test_openai_responses.py",
     "test_pydantic_ai.py",
     "test_web_app.py",
     "test_web.py",

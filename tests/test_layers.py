@@ -198,6 +198,7 @@ PUBLIC = {
     "prunestore.integrations.langchain_agents",
     "prunestore.integrations.openai_agents",
     "prunestore.integrations.openai_chat",
+    "prunestore.integrations.openai_responses",
     "prunestore.integrations.anthropic_messages",
     "prunestore.integrations.pydantic_ai",
 }
