@@ -11,7 +11,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -457,3 +462,109 @@ def test_gathered_tasks_on_the_async_store_lose_nothing(store_url):
             assert len(await session.get_items()) == 25
 
     run(main())
+
+
+# -- an approval: the run stops, and another process resumes it ---------------------------------
+
+
+@function_tool(needs_approval=True)
+def remove(path: str) -> str:
+    """Remove a path."""
+    return f"removed {path}"
+
+
+def removal(call_id: str, path: str) -> ResponseFunctionToolCall:
+    arguments = json.dumps({"path": path})
+    return ResponseFunctionToolCall(
+        type="function_call",
+        call_id=call_id,
+        name="remove",
+        arguments=arguments,
+        id=f"fc_{call_id}",
+        status="completed",
+    )
+
+
+APPROVAL_SCRIPT = [call("c1", "/a"), call("c2", "/a"), removal("r1", "/a/old.csv"), say("Removed.", "msg_done")]
+
+_RESUME = textwrap.dedent(
+    """
+    import asyncio, json, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[4])  # the tests' folder: the scripted model and the tools
+    from agents import Agent, RunConfig, Runner, SQLiteSession
+    from agents.run_state import RunState
+    from test_openai_agents import APPROVAL_SCRIPT, ScriptedModel, list_files, remove
+    from prunestore import AsyncPruneStore
+    from prunestore.integrations.openai_agents import PruneStoreSession
+
+    async def main(kind, where, state_file):
+        model = ScriptedModel(APPROVAL_SCRIPT[3:])
+        agent = Agent(name="files", instructions="You tidy folders.", model=model, tools=[list_files, remove])
+        state = await RunState.from_json(agent, json.loads(Path(state_file).read_text()))
+        state.approve(state.get_interruptions()[0])
+        if kind == "ours":
+            store = AsyncPruneStore(where)
+            session = PruneStoreSession("tidy", store)
+            config = RunConfig(call_model_input_filter=session.model_input_filter)
+        else:
+            store, session, config = None, SQLiteSession("tidy", where), RunConfig()
+        result = await Runner.run(agent, state, session=session, run_config=config)
+        print(json.dumps({"output": result.final_output, "inputs": model.inputs, "items": await session.get_items()}))
+        if store is not None:
+            await store.close()
+
+    asyncio.run(main(*sys.argv[1:4]))
+    """
+)
+
+
+@pytest.mark.parametrize("kind", ["ours", "sdk"])
+def test_an_approval_resumed_in_another_process(store_url, tmp_path, kind):
+    """The run stops for an approval; another process resumes it from the serialized state. Each item is
+    stored once, every model call is sent the session's prompt, and the SDK's own session agrees where
+    nothing was pruned."""
+
+    async def first_half(where: str):
+        model = ScriptedModel(APPROVAL_SCRIPT[:3])
+        agent = Agent(name="files", instructions="You tidy folders.", model=model, tools=[list_files, remove])
+        if kind == "ours":
+            store = AsyncPruneStore(where)
+            session: Any = PruneStoreSession("tidy", store)
+            config = RunConfig(call_model_input_filter=session.model_input_filter)
+        else:
+            store, session, config = None, SQLiteSession("tidy", where), RunConfig()
+        result = await Runner.run(agent, "List /a twice, then remove /a/old.csv.", session=session, run_config=config)
+        assert [i.raw_item.call_id for i in result.interruptions] == ["r1"]
+        if store is not None:
+            await store.close()
+        return model.inputs, result.to_state().to_json()
+
+    where = store_url if kind == "ours" else str(tmp_path / "sdk.db")
+    before, state = run(first_half(where))
+    (tmp_path / "state.json").write_text(json.dumps(state))
+    script = tmp_path / "resume.py"
+    script.write_text(_RESUME)
+    tests = str(Path(__file__).resolve().parent)
+    done = subprocess.run(
+        [sys.executable, str(script), kind, where, str(tmp_path / "state.json"), tests],
+        capture_output=True,
+        text=True,
+        env=os.environ,
+    )
+    assert done.returncode == 0, done.stderr
+    after = json.loads(done.stdout.splitlines()[-1])
+    assert after["output"] == "Removed."
+    kinds = [i.get("call_id") or i.get("role") for i in after["items"]]
+    sent = [[i.get("call_id") or i.get("role") for i in model_input] for model_input in [*before, *after["inputs"]]]
+    if kind == "sdk":  # the SDK's own session: everything, every item once
+        assert kinds == ["user", "c1", "c1", "c2", "c2", "r1", "r1", "assistant"]
+        assert sent[-1] == kinds[:-1]
+        return
+    # c2 lists /a again: c1 and its output went, from the store and from every model call after
+    assert kinds == ["user", "c2", "c2", "r1", "r1", "assistant"]
+    assert sent == [["user"], ["user", "c1", "c1"], ["user", "c2", "c2"], ["user", "c2", "c2", "r1", "r1"]]
+    assert after["inputs"][-1] == after["items"][:-1]  # the resumed call was sent the session's prompt
+    with PruneStore(store_url) as store:
+        assert len(store.messages("tidy")) == 8  # every item stored once, the approved call and its output too
+        assert store.verify("tidy").ok
