@@ -221,6 +221,11 @@ def test_anthropic_transcripts_render_valid_after_every_append(store, transcript
 @given(transcript=openai_transcripts(unique=True))
 def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(store, transcript):
     complete = _complete(transcript)
+    system, messages = anthropic_from_openai(complete)
+    complete = [  # a provider's reasoning field on an assistant message (DeepSeek's, say) is kept as it came
+        {**m, "reasoning_content": f"step {n}"} if m["role"] == "assistant" and n % 2 else m
+        for n, m in enumerate(complete)
+    ]
     session = f"r{next(_names)}"
     store.append(session, from_openai(complete))
     assert all(m.verdict == "kept" for m in store.messages(session))
@@ -228,11 +233,25 @@ def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(sto
     store.append(session, from_openai(complete))  # importing again is a no-op
     assert len(store.messages(session)) == len(complete)
 
-    system, messages = anthropic_from_openai(complete)
+    messages = _with_thinking(messages)
     session = f"r{next(_names)}"
     store.append(session, from_anthropic(messages, system))
     rendered = store.render(session, "anthropic")
     assert (rendered.system, rendered.messages) == (system, messages)
+
+
+def _with_thinking(messages: list[dict]) -> list[dict]:
+    """Each assistant message that makes calls led by its reasoning, as extended thinking records it:
+    a thinking block with its signature, and every other time a redacted one after it."""
+    out = []
+    for n, m in enumerate(messages):
+        blocks = m["content"] if isinstance(m["content"], list) else []
+        if m["role"] == "assistant" and any(b["type"] == "tool_use" for b in blocks):
+            reasoning = [{"type": "thinking", "thinking": f"Plan {n}.", "signature": f"sig-{n}"}]
+            reasoning += [{"type": "redacted_thinking", "data": f"opaque-{n}"}] * (n % 2)
+            m = {**m, "content": [*reasoning, *blocks]}
+        out.append(m)
+    return out
 
 
 def _complete(transcript: list[dict]) -> list[dict]:
