@@ -189,7 +189,9 @@ def test_the_merge_kept_between_calls_equals_a_fresh_one(store):
 
     def check() -> None:
         sent = history.messages()
-        assert sent == alternating(store.view("s", ANTHROPIC_MESSAGES), True)
+        # the same messages; breakpoints aside (a call after a change marks where the previous prompt held)
+        assert unmarked(sent) == unmarked(alternating(store.view("s", ANTHROPIC_MESSAGES), True))
+        assert sent[-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
         validate_anthropic(None, sent, waiting_at_end=True)
 
     for n in range(12):
@@ -216,6 +218,11 @@ def test_the_merge_kept_between_calls_equals_a_fresh_one(store):
     mine = copy.deepcopy(sent)
     mine[0]["content"] = "changed by the caller"
     assert history.messages() == sent
+
+
+def unmarked(messages: list[dict]) -> list[dict]:
+    """The messages without breakpoints, each content as blocks."""
+    return [{"role": m["role"], "content": [b for _, b, _ in cached_blocks([m])]} for m in messages]
 
 
 def breakpoints(body: dict) -> int:
@@ -320,7 +327,8 @@ def tool_loop(history: AnthropicHistory, turns: list[list[list[tuple[str, str]]]
 def events_keep_the_part_before_the_pending(store: PruneStore, turns) -> int:
     """Drive the loop; at each event that takes out what was pending and only messages after those (the
     append's own drops), bringing back nothing, the prompt after it begins with the blocks up to the earlier
-    breakpoint of the prompt before it. Returns how many such events had that breakpoint."""
+    breakpoint of the prompt before it, and has a breakpoint where the API looks that part up. Returns how
+    many such events had that breakpoint."""
     history = AnthropicHistory("s", store)
     checked, before, pending, seqs, events = 0, None, set(), {}, 0
     for _ in tool_loop(history, turns):
@@ -332,10 +340,16 @@ def events_keep_the_part_before_the_pending(store: PruneStore, turns) -> int:
         now = store.stats("s").events
         if before is not None and before[0] is not None and now > events:
             gone, back = before[1] - in_prompt, in_prompt - before[1]
-            after_pending = all(seqs.get(i, 1 << 62) > max(seqs[p] for p in pending) for i in gone - pending)
-            if pending and after_pending and not back & seqs.keys():
+            last_pending = max((seqs[p] for p in pending), default=None)
+            after_pending = last_pending is not None and all(
+                seqs.get(i, 1 << 62) > last_pending for i in gone - pending
+            )
+            if after_pending and not back & seqs.keys():
                 after = [(role, block, False) for role, block, _ in cached_blocks(sent)]
                 assert after[: len(before[0])] == before[0]
+                # and the API finds it: a breakpoint at its end, or up to 20 blocks after (the API's look-back)
+                marks = [n for n, (_, _, marked) in enumerate(cached_blocks(sent)) if marked]
+                assert any(0 <= n - (len(before[0]) - 1) < 20 for n in marks), (marks, len(before[0]))
                 checked += 1
         before, events = (before_the_pending(sent), in_prompt), now
         pending, seqs = {m.id for m in rows if m.verdict == "pending"}, {m.id: m.seq for m in rows}
@@ -370,3 +384,18 @@ def test_any_event_that_takes_out_only_pending_messages_keeps_the_earlier_breakp
             store.delete_session(name)
         store.rebuild(policy=Policy(budget=budget, clear_at_least=clear))
         events_keep_the_part_before_the_pending(store, turns)
+
+
+def test_the_first_call_after_a_cut_marks_the_end_of_what_it_kept(store):
+    history = AnthropicHistory("s", store)
+    for n in range(6):
+        history.add([{"role": "user", "content": f"Question {n}"}, {"role": "assistant", "content": f"Answer {n}"}])
+    before = history.messages()
+    store.truncate("s", store.messages("s")[5].id)  # back to the third answer
+    history.add([{"role": "user", "content": "Another question"}])
+    after = history.messages()
+    marks = [n for n, (_, _, marked) in enumerate(cached_blocks(after)) if marked]
+    assert marks == [5, 6]  # the end of the part the previous call sent too (its cache holds it), and the last
+    assert unmarked(after[:6]) == unmarked(before[:6])
+    history.add([{"role": "assistant", "content": "Answer again"}])
+    assert [n for n, (_, _, marked) in enumerate(cached_blocks(history.messages())) if marked] == [7]  # grown only

@@ -25,7 +25,9 @@ as `OpenAIChatHistory`'s are.
   budget with removal events that prefix stays put between events. While
   messages are pending (in the prompt until the next event takes them
   out), a second breakpoint ends the part before them, which the event
-  leaves as it is: the call after the event reads that part from the cache.
+  leaves as it is; the first call after the prompt changed before its end
+  (an event, a comeback, a cut) has it at the end of the part it kept, so
+  that the API finds that part in the cache.
 - The system prompt, given to the history as ``system=``, is not stored (it
   is the caller's code, not the conversation): `request` gives it with the
   messages, its last block with a breakpoint of its own (with ``cache``), so
@@ -340,17 +342,20 @@ def _merged(store: Any, session: str, items: Prompt, cache: bool) -> list[dict]:
         last = kept.pop(session, None)
     messages: list[dict] = []
     ends: list[int] = []
+    kept_until = len(items)  # the items the previous call sent that this one sends unchanged, when it changed any
     if last is not None:
         same = common_prefix(last.items, items)
         # The messages whose items all lie in the common prefix, but the last of them: it may merge on.
         reuse = max(0, bisect_right(last.ends, same - 1) - 1)
         messages, ends = last.messages[:reuse], last.ends[:reuse]
+        if same < len(last.items):  # an event, a comeback, a cut: the cache holds the prompt up to there
+            kept_until = same
     _merge(items, ends[-1] + 1 if ends else 0, messages, ends)
     with _merged_lock:
         kept[session] = _Merged(items, messages, ends)
         while len(kept) > _MERGED_SESSIONS:
             kept.popitem(last=False)
-    return _sendable(messages, cache, _stable_end(messages, ends, items.stable))
+    return _sendable(messages, cache, _stable_end(messages, ends, min(items.stable, kept_until)))
 
 
 def _blocks(content: str | list) -> list:
