@@ -114,7 +114,7 @@ def main() -> None:
         for last_only in (True, False):
             t = score(prompts, last_only)
             cost = t["read"] * READ + t["written"] * WRITE + t["fresh"]
-            name = "the last" if last_only else "the last, and before the pending"
+            name = "the last alone" if last_only else "as the history places them"
             print(
                 f"| {budget:,}, {clear:,} | {name} | {t['sent']:,} | {t['read']:,} | {t['written']:,} | "
                 f"{t['fresh']:,} | {cost:,.0f} |"
