@@ -399,3 +399,16 @@ def test_the_first_call_after_a_cut_marks_the_end_of_what_it_kept(store):
     assert unmarked(after[:6]) == unmarked(before[:6])
     history.add([{"role": "assistant", "content": "Answer again"}])
     assert [n for n, (_, _, marked) in enumerate(cached_blocks(history.messages())) if marked] == [7]  # grown only
+
+
+def test_a_call_that_adds_more_blocks_than_the_api_looks_back_over_marks_where_the_last_ended(store):
+    history = AnthropicHistory("s", store)
+    history.add([{"role": "user", "content": "List 25 folders."}])
+    history.add([{"role": "assistant", "content": [tool_use(f"t{n}", f"/d{n}") for n in range(25)]}])
+    first = history.messages()
+    results = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "a.csv"} for n in range(25)]
+    history.add([{"role": "user", "content": results}])  # 25 blocks: past the 20 the API looks back over
+    marks = [n for n, (_, _, marked) in enumerate(cached_blocks(history.messages())) if marked]
+    assert marks == [len(cached_blocks(first)) - 1, len(cached_blocks(first)) + 24]
+    history.add([{"role": "assistant", "content": "All listed."}])
+    assert [n for n, (_, _, m) in enumerate(cached_blocks(history.messages())) if m] == [51]  # a block: the last

@@ -26,8 +26,9 @@ as `OpenAIChatHistory`'s are.
   messages are pending (in the prompt until the next event takes them
   out), a second breakpoint ends the part before them, which the event
   leaves as it is; the first call after the prompt changed before its end
-  (an event, a comeback, a cut) has it at the end of the part it kept, so
-  that the API finds that part in the cache.
+  (an event, a comeback, a cut), or that adds more blocks than the API
+  looks back over, has it at the end of the part the previous call sent,
+  so that the API finds that part in the cache.
 - The system prompt, given to the history as ``system=``, is not stored (it
   is the caller's code, not the conversation): `request` gives it with the
   messages, its last block with a breakpoint of its own (with ``cache``), so
@@ -63,6 +64,7 @@ from ._shared import blocking, importer_after, on_store, with_call_keys
 __all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
 
 _BREAKPOINT = {"type": "ephemeral"}
+_LOOK_BACK = 20  # blocks the API looks back from a breakpoint for a prefix an earlier request cached
 
 
 class AnthropicHistory:
@@ -350,6 +352,8 @@ def _merged(store: Any, session: str, items: Prompt, cache: bool) -> list[dict]:
         messages, ends = last.messages[:reuse], last.ends[:reuse]
         if same < len(last.items):  # an event, a comeback, a cut: the cache holds the prompt up to there
             kept_until = same
+        elif sum(len(_blocks(item["content"])) for item in items[same:]) >= _LOOK_BACK:
+            kept_until = same  # grown past what the last breakpoint looks back over: mark where it was
     _merge(items, ends[-1] + 1 if ends else 0, messages, ends)
     with _merged_lock:
         kept[session] = _Merged(items, messages, ends)
