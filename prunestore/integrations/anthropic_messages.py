@@ -271,7 +271,7 @@ def alternating(items: Prompt, cache: bool) -> list[dict]:
     messages: list[dict] = []
     ends: list[int] = []
     _merge(items, 0, messages, ends)
-    return _sendable(messages, cache, _stable_end(messages, ends, items.stable))
+    return _sendable(messages, cache, _second_end(messages, ends, items.stable))
 
 
 def _merge(items: list[dict], start: int, messages: list[dict], ends: list[int]) -> None:
@@ -294,28 +294,28 @@ def _merge(items: list[dict], start: int, messages: list[dict], ends: list[int])
         ends[-1] = index
 
 
-def _stable_end(messages: list[dict], ends: list[int], stable: int) -> int:
-    """The index of the last message whose blocks begin the prompt after the next removal event, which
-    leaves the first `stable` items in place; -1 for none.
+def _second_end(messages: list[dict], ends: list[int], kept: int) -> int:
+    """The index of the last message whose blocks begin every prompt that keeps the first `kept` items
+    (the next removal event's, or the previous call's that the cache holds); -1 for none.
 
-    The messages made of stable items alone stay, but the last of them may merge with what follows once
-    the event takes out the messages between: an assistant's blocks stay first, a user's may not (its
-    merged tool results go first), so then it is the message before.
+    The messages made of those items alone stay, but the last of them may merge with what follows once
+    the messages between go: an assistant's blocks stay first, a user's may not (its merged tool results
+    go first), so then it is the message before.
     """
-    if not ends or stable > ends[-1]:  # nothing pending: the last breakpoint is the one
+    if not ends or kept > ends[-1]:  # all of them: the last breakpoint is the one
         return -1
-    whole = bisect_right(ends, stable - 1)  # messages whose items are all stable
+    whole = bisect_right(ends, kept - 1)  # messages whose items are all kept
     if whole and messages[whole - 1]["role"] == "user":
         whole -= 1
     return whole - 1
 
 
-def _sendable(messages: list[dict], cache: bool, stable_end: int = -1) -> list[dict]:
+def _sendable(messages: list[dict], cache: bool, second: int = -1) -> list[dict]:
     """A new list of the shared read-only messages, with breakpoints on copies of the last one and of the
-    one at `stable_end` (when it is another)."""
+    one at index `second` (when it is another)."""
     out = list(messages)
     if cache:
-        for index in {len(out) - 1, stable_end} - {-1}:
+        for index in {len(out) - 1, second} - {-1}:
             blocks = _blocks(out[index]["content"])
             if blocks:
                 out[index] = {"role": out[index]["role"], "content": _with_breakpoint(blocks)}
@@ -359,7 +359,7 @@ def _merged(store: Any, session: str, items: Prompt, cache: bool) -> list[dict]:
         kept[session] = _Merged(items, messages, ends)
         while len(kept) > _MERGED_SESSIONS:
             kept.popitem(last=False)
-    return _sendable(messages, cache, _stable_end(messages, ends, min(items.stable, kept_until)))
+    return _sendable(messages, cache, _second_end(messages, ends, min(items.stable, kept_until)))
 
 
 def _blocks(content: str | list) -> list:
