@@ -11,6 +11,7 @@ alive while its result is live.
 from __future__ import annotations
 
 import asyncio
+import functools
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
@@ -25,6 +26,9 @@ from ..store import PruneStore
 from ..text import KEY_PATTERN
 
 _MAX_PLAIN_ID = 100
+
+# `on_store` asks on every call of every adapter: parsing the URL each time costs more than the call.
+_in_memory = functools.lru_cache(maxsize=64)(in_memory)
 
 
 def call_key(call_id: str) -> str:
@@ -92,7 +96,7 @@ async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any) -
     method = getattr(store, name)
     if isinstance(store, AsyncPruneStore):
         return await method(*args)
-    if in_memory(store.url):
+    if _in_memory(store.url):
         return method(*args)
     return await asyncio.to_thread(method, *args)
 

@@ -9,7 +9,6 @@
 
 from __future__ import annotations
 
-import functools
 import os
 import re
 from collections.abc import Iterator
@@ -104,7 +103,6 @@ def make_async_engine(url: str | None = None) -> AsyncEngine:
     return _make(url, create, "asyncio")
 
 
-@functools.lru_cache(maxsize=64)  # the adapters ask on every call: parsing a URL costs more than the call
 def in_memory(url: str) -> bool:
     """Whether `url` names an in-memory SQLite database (which lives and dies with its one connection)."""
     try:
