@@ -226,6 +226,18 @@ class AsyncPruneStore:
     async def messages(self, session: str, ids: Iterable[str] | None = None) -> list[StoredMessage]:
         return await self._call(PruneStore.messages, session, ids)
 
+    async def recall(
+        self,
+        session: str,
+        *,
+        key: str | None = None,
+        text: str | None = None,
+        first: str | None = None,
+        last: str | None = None,
+        limit: int = 10,
+    ) -> list[StoredMessage]:
+        return await self._call(PruneStore.recall, session, key=key, text=text, first=first, last=last, limit=limit)
+
     async def render(self, session: str, format: Format = "openai", *, dropped: Dropped = "omit") -> Rendered:
         return await self._call(PruneStore.render, session, format, dropped=dropped)
 

@@ -10,10 +10,11 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import catalog, queries, whatif
+from . import catalog, queries, recall, whatif
 from .appending import Options, check_ids, check_session_name
 from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
 from .formats import Dropped, Format, Rendered, render
+from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
 from .prices import Prices, chosen_prices
@@ -186,6 +187,34 @@ class StoreReads:
             page["after_value"] = getattr(last, order)  # the orders are named as the summary's fields
         with db.transaction(self.engine, "list sessions") as driver:
             return catalog.list_summaries(driver, page, order)
+
+    def recall(
+        self,
+        session: str,
+        *,
+        key: str | None = None,
+        text: str | None = None,
+        first: str | None = None,
+        last: str | None = None,
+        limit: int = 10,
+    ) -> list[StoredMessage]:
+        """Messages out of the prompt (pruned or evicted) that an agent asks for again, in append order.
+
+        Those that define `key` (as a field or a ``DEFINE:`` marker), hold every
+        word of `text` (case aside), and stand between the messages `first`
+        and `last` (ids, both included), as far as given; the latest `limit`
+        of them. It reads back from the newest message until it has `limit`,
+        so a rare match costs up to the session's length. Nothing changes:
+        what it returns goes back to the model as the result of the call that
+        asked, a new message of the session.
+        """
+        catalog.check_whole("limit", limit, 1)
+        with db.transaction(self.engine, f"recall in session {session!r}", snapshot=True) as driver:
+            row = self._session(driver, session)
+            low = 1 if first is None else seq_of(driver, session, row, "first", first)
+            high = row.last_seq if last is None else seq_of(driver, session, row, "last", last)
+            query = recall.Query.of(key, text, low, high)
+            return recall.recall(driver, row.session_id, query, limit)
 
     def session_count(self, prefix: str | None = None) -> int:
         """How many sessions the store holds (whose names start with `prefix`)."""

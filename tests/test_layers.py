@@ -44,6 +44,7 @@ FLOORS = [
         "prunestore.lifecycle",
         "prunestore.livecache",
         "prunestore.queries",
+        "prunestore.recall",
         "prunestore.whatif",
     },
     {"prunestore.store_reads", "prunestore.store"},

@@ -1,4 +1,4 @@
-"""Commands that read a session: render, live, messages, explain, verify, stats, sessions."""
+"""Commands that read a session: render, live, messages, recall, explain, verify, stats, sessions."""
 
 from __future__ import annotations
 
@@ -120,6 +120,29 @@ def messages(ctx: click.Context, session: str, ids: tuple[str, ...], jsonl: bool
         for message in found:
             click.echo(json.dumps({"session": session, **to_json(message.to_message())}, ensure_ascii=False))
         return
+    _print_messages(found, as_json)
+
+
+@command(main)
+@click.argument("session")
+@click.option("--key", help="Only messages that define this key.")
+@click.option("--text", help="Only messages holding every word of this text (case aside).")
+@click.option("--first", metavar="ID", help="From this message on.")
+@click.option("--last", metavar="ID", help="Up to this message.")
+@click.option("--limit", type=click.IntRange(min=1), default=10, show_default=True, help="The latest N matches.")
+def recall(
+    ctx: click.Context,
+    session: str,
+    key: str | None,
+    text: str | None,
+    first: str | None,
+    last: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Messages of SESSION out of the prompt (pruned or evicted) that match, the latest ones, in append order."""
+    with open_store(ctx, reading=True) as store:
+        found = store.recall(session, key=key, text=text, first=first, last=last, limit=limit)
     _print_messages(found, as_json)
 
 

@@ -1,0 +1,120 @@
+"""Recall: the messages out of the prompt that an agent asks for again (docs/api.md, "Recall").
+
+Pruning keeps what the passes and the budget decide; an agent that needs an
+older detail back asks for it by the key that defined it, by words it held,
+or by where it stood. Recall reads; it changes no verdict. What it returns
+reaches the model the way any lookup does: as the result of the call that
+asked (a tool result), which is then a message of the session like any other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from .errors import InvalidArgumentError, shorten
+from .model import StoredMessage, effective_defines
+from .sql.driver import Driver, Statement
+from .sql.rows import FULL_COLUMNS, IN_PROMPT, stored_message
+from .text import KEY_PATTERN
+
+_CHUNK = 256  # rows read at a time, newest first, until enough match
+_LAST_DEFINER = Statement("SELECT definer_seq FROM prunestore_keys WHERE session_id = :sid AND key = :key")
+
+_STATEMENTS: dict[tuple, Statement] = {}
+
+
+def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Statement:
+    """The session's messages out of the prompt, newest first, that may match: the conditions only narrow.
+
+    A key is looked for with LIKE (whose "_" matches any character, and which ignores ASCII case on
+    SQLite); a word in the content with ASCII case folded, where the content is ASCII (there folding
+    ASCII is all that casefold does); other content (non-ASCII, or stored escaped for its NULs) goes
+    through, and it alone may hold a word that is not ASCII or holds NUL. Each row is then checked exactly.
+    """
+    shape = (postgres, has_key, tuple(word.isascii() and "\x00" not in word for word in words))
+    cached = _STATEMENTS.get(shape)
+    if cached is None:
+        conditions = [" AND ' ' || eff_defines || ' ' LIKE :key_pattern"] if has_key else []
+        if postgres:  # lower() under the "C" collation folds ASCII only, whatever the database's locale
+            found = 'strpos(lower(content COLLATE "C"), :w{i}) > 0'
+            unusual = "content_escaped = 1 OR octet_length(convert_to(content, 'UTF8')) <> char_length(content)"
+        else:  # SQLite's lower() folds ASCII only
+            found = "instr(lower(content), :w{i}) > 0"
+            unusual = "content_escaped = 1 OR length(CAST(content AS BLOB)) <> length(content)"
+        for i, plain in enumerate(shape[2]):  # a word that is not plain can only be in unusual content
+            word = found.format(i=i)
+            conditions.append(f" AND ({word} OR {unusual})" if plain else f" AND ({unusual})")
+        cached = _STATEMENTS[shape] = Statement(
+            f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq >= :low AND seq <= :high "
+            f"AND NOT ({IN_PROMPT}){''.join(conditions)} ORDER BY seq DESC LIMIT :chunk"
+        )
+    return cached
+
+
+@dataclass(frozen=True)
+class Query:
+    """What a recall looks for: all of a defined key, the words of a text (case aside), a seq range."""
+
+    key: str | None
+    words: tuple[str, ...]
+    low: int
+    high: int
+
+    @classmethod
+    def of(cls, key: str | None, text: str | None, low: int, high: int) -> Query:
+        if key is not None and (not isinstance(key, str) or not KEY_PATTERN.fullmatch(key)):
+            raise InvalidArgumentError(f"key={shorten(key)}: must match {KEY_PATTERN.pattern}")
+        if text is not None and not isinstance(text, str):
+            raise InvalidArgumentError(f"text={shorten(text)}: must be a str")
+        words = tuple(text.casefold().split()) if text is not None else ()
+        if text is not None and not words:
+            raise InvalidArgumentError(f"text={shorten(text)}: holds no word to look for")
+        return cls(key, words, low, high)
+
+    def matches(self, message: StoredMessage) -> bool:
+        if self.key is not None and self.key not in effective_defines(message):
+            return False
+        if self.words:
+            content = message.content.casefold()
+            return all(word in content for word in self.words)
+        return True
+
+
+def recall(driver: Driver, sid: int, query: Query, limit: int) -> list[StoredMessage]:
+    """The latest `limit` messages out of the prompt that match `query`, in append order."""
+    high = query.high
+    if query.key is not None:  # no message after the key's last definer defines it: start there
+        high = min(high, driver.scalar(_LAST_DEFINER, {"sid": sid, "key": query.key}) or 0)
+    found: list[StoredMessage] = []
+    for message in _out_of_prompt(driver, sid, query, high, limit):
+        if query.matches(message):
+            found.append(message)
+            if len(found) == limit:
+                break
+    return found[::-1]
+
+
+def _out_of_prompt(driver: Driver, sid: int, query: Query, high: int, limit: int) -> Iterator[StoredMessage]:
+    """The session's messages out of the prompt from seq `high` back to the query's start, newest first.
+
+    Read a chunk at a time (a larger one would read on past the matches that suffice).
+    """
+    statement = _statement(driver.postgres, query.key is not None, query.words)
+    words = {f"w{i}": word for i, word in enumerate(query.words) if word.isascii() and "\x00" not in word}
+    params: dict = {"sid": sid, "low": query.low, **words}
+    if query.key is not None:
+        params["key_pattern"] = f"% {query.key} %"
+    filtered = query.key is not None or query.words
+    wanted, reads = limit, 0
+    while high >= query.low:
+        # Where the conditions filter, what is still wanted, then twice as many each time rows fail the
+        # exact check: few round trips either way, and none reading far past the matches that suffice.
+        chunk = min(max(wanted, 1) << reads, _CHUNK) if filtered else _CHUNK
+        rows = driver.all(statement, {**params, "high": high, "chunk": chunk})
+        for message in map(stored_message, rows):
+            wanted -= query.matches(message)
+            yield message
+        if len(rows) < chunk:
+            return
+        high, reads = rows[-1][0] - 1, reads + 1

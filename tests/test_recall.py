@@ -1,0 +1,122 @@
+"""Recall: the messages out of the prompt, by defined key, words and range, equal to a filter over `prune`."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pytest
+from click.testing import CliRunner
+from helpers import KEYS, POLICIES, TEXTS, sessions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prunestore import InvalidArgumentError, Message, MessageNotFoundError, PruneStore, SessionNotFoundError, prune
+from prunestore.cli import main
+from prunestore.model import LIVE_VERDICTS, effective_defines
+
+BOTH_APIS = True
+
+_names = itertools.count()
+
+
+def expected_recall(messages, policy, key, text, first, last, limit):
+    """The definition in docs/api.md, from the batch pruner's verdicts."""
+    verdicts = prune(messages, policy=policy).verdicts
+    index = {m.id: i for i, m in enumerate(messages)}
+    low = 0 if first is None else index[first]
+    high = len(messages) - 1 if last is None else index[last]
+    words = text.casefold().split() if text is not None else []
+    found = [
+        m
+        for m in messages[low : high + 1]
+        if verdicts[m.id] not in LIVE_VERDICTS
+        and (key is None or key in effective_defines(m))
+        and all(w in m.content.casefold() for w in words)
+    ]
+    return [m.id for m in found[-limit:]]
+
+
+@pytest.mark.parametrize("policy", [POLICIES[0], POLICIES[3]])
+@settings(max_examples=15)
+@given(data=st.data())
+def test_recall_is_the_latest_matches_out_of_the_prompt(open_store, policy, data):
+    store = open_store(policy)
+    messages = data.draw(sessions(min_size=1, max_size=24))
+    session = f"r{next(_names)}"
+    store.append(session, messages)
+    ids = [m.id for m in messages]
+    for _ in range(4):
+        key = data.draw(st.sampled_from([None, *KEYS]))
+        text = data.draw(st.sampled_from([None, *TEXTS, TEXTS[0].upper(), "  " + TEXTS[-1].split()[-1]]))
+        first = data.draw(st.sampled_from([None, *ids]))
+        last = data.draw(st.sampled_from([None, *ids[ids.index(first) if first else 0 :]]))
+        limit = data.draw(st.integers(1, 30))
+        got = store.recall(session, key=key, text=text, first=first, last=last, limit=limit)
+        assert [m.id for m in got] == expected_recall(messages, policy, key, text, first, last, limit)
+        stored = {m.id: m for m in store.messages(session)}
+        assert got == [stored[m.id] for m in got]  # whole stored messages, verdicts and all
+
+
+def test_recall_reads_back_past_many_chunks(open_store):
+    """A match far behind hundreds of non-matching messages is found, and only the latest `limit` come."""
+    store = open_store()
+    old = [
+        Message(id=f"f{i}", role="tool_output", content=f"fact {i} DEFINE:k{i}", turn=0, tool_key="t") for i in (0, 2)
+    ]
+    filler = [Message(id=f"x{i}", role="tool_output", content=f"reading {i}", turn=0, tool_key="t") for i in range(700)]
+    store.append("s", [*old, *filler, Message(id="end", role="user", content="go on", turn=1)])
+    assert [m.id for m in store.recall("s", key="k0")] == ["f0"]
+    assert [m.id for m in store.recall("s", text="FACT 0")] == ["f0"]
+    assert [m.id for m in store.recall("s", text="fact")] == ["f0", "f2"]
+    assert [m.id for m in store.recall("s", limit=3)] == ["x696", "x697", "x698"]  # x699 is the live holder
+    assert store.recall("s", key="k1") == []
+    assert [m.id for m in store.recall("s", text="reading", first="x10", last="x12")] == ["x10", "x11", "x12"]
+
+
+def test_recall_refuses_bad_arguments_by_name(store):
+    store.append("s", Message(id="a", role="user", content="hello", turn=0))
+    for kwargs, field in [
+        ({"key": "has space"}, "key="),
+        ({"text": "   "}, "text="),
+        ({"text": 3}, "text="),
+        ({"limit": 0}, "limit="),
+        ({"limit": True}, "limit="),
+    ]:
+        with pytest.raises(InvalidArgumentError, match=field):
+            store.recall("s", **kwargs)
+    with pytest.raises(MessageNotFoundError, match="first"):
+        store.recall("s", first="nope")
+    with pytest.raises(SessionNotFoundError):
+        store.recall("nobody")
+
+
+def test_the_recall_command_prints_the_store_s_answer(store_url, tmp_path):
+    with PruneStore(store_url) as store:
+        store.append(
+            "s", [Message(id=f"t{i}", role="tool_output", content=f"price {i}", turn=i, tool_key="p") for i in range(5)]
+        )
+        expected = [m.id for m in store.recall("s", text="price", limit=2)]
+    runner = CliRunner()
+    result = runner.invoke(main, ["--db", store_url, "recall", "s", "--text", "PRICE", "--limit", "2", "--json"])
+    assert result.exit_code == 0, result.output
+    assert [m["id"] for m in json.loads(result.output)] == expected == ["t2", "t3"]
+    result = runner.invoke(main, ["--db", store_url, "recall", "s", "--key", "no key"])
+    assert result.exit_code == 2 and "key='no key'" in result.output
+
+
+def test_words_match_with_case_folded_as_python_folds_it(store):
+    """The backends' own case rules never narrow a match: non-ASCII and NUL-bearing texts match as casefold says."""
+    texts = ["Die Straße war lang", "\u212aelvin scale", "ΣΊΣΥΦΟΣ rolled", "nul\x00 inside NUL", "plain Kelvin"]
+    store.append("s", [Message(f"m{i}", "tool_output", t, 0, tool_key="same") for i, t in enumerate(texts)])
+    store.append("s", Message("last", "tool_output", "the latest", 1, tool_key="same"))
+    for words, expected in [
+        ("STRASSE", ["m0"]),
+        ("kelvin", ["m1", "m4"]),
+        ("σίσυφος", ["m2"]),
+        ("nul inside", ["m3"]),
+        ("\x00", ["m3"]),
+        ("scale kelvin", ["m1"]),
+        ("missing", []),
+    ]:
+        assert [m.id for m in store.recall("s", text=words)] == expected, words
