@@ -457,3 +457,41 @@ def test_generated_tool_loops_stay_valid_and_equal_the_batch(store_url, generate
     finally:
         store.close()
         checked.close()
+
+
+@pytest.mark.parametrize("mode", ["invoke", "ainvoke", "ainvoke-async-store"])
+def test_the_recall_tool_gives_the_model_back_a_pruned_result(store_url, mode):
+    """With recall=True the agent has a `recall` tool; what it finds is the superseded listing, as its result."""
+    recall_call = {"name": "recall", "args": {"words": "/data FILE39.csv"}, "id": "r1"}
+    replies = [call(("c1", "/data")), call(("c2", "/data")), AIMessage("", tool_calls=[recall_call]), say("Found.")]
+    checked = Checked(None)
+
+    async def run(store: Any) -> dict:
+        agent = agent_with(replies, checked, store, recall=True)
+        return await agent.ainvoke({"messages": [HumanMessage("List /data twice, then recall it.")]}, THREAD)
+
+    if mode == "invoke":
+        with PruneStore(store_url) as store:
+            state = agent_with(replies, checked, store, recall=True).invoke(
+                {"messages": [HumanMessage("List /data twice, then recall it.")]}, THREAD
+            )
+            stored = store.messages("thread-1")
+    else:
+        store: Any = AsyncPruneStore(store_url) if mode == "ainvoke-async-store" else PruneStore(store_url)
+        state = asyncio.run(run(store))
+        with PruneStore(store_url) as reader:
+            stored = reader.messages("thread-1")
+        asyncio.run(store.close()) if mode == "ainvoke-async-store" else store.close()
+    (answer,) = [m for m in state["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "r1"]
+    first = next(m for m in state["messages"] if isinstance(m, ToolMessage) and m.tool_call_id == "c1")
+    assert answer.content == f"[tool_output, turn 1] {first.content}"
+    assert [m.verdict for m in stored if m.content == first.content] == ["superseded", "kept"]
+    # the last prompt holds that text twice: the live listing and the recall's result (the superseded copy is out)
+    assert sum(first.content in str(m.content) for m in checked.prompts[-1]) == 2
+
+
+def test_without_recall_the_agent_has_no_recall_tool(store_url):
+    with PruneStore(store_url) as store:
+        assert PruneStoreMiddleware(store).tools == []
+        (tool_,) = PruneStoreMiddleware(store, recall=True).tools
+        assert tool_.name == "recall" and "no longer in view" in tool_.description

@@ -19,7 +19,7 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..formats.transcripts import Importer
-from ..model import Message
+from ..model import Message, StoredMessage
 from ..sql.db import in_memory
 from ..sql.sessions import SessionState
 from ..store import PruneStore
@@ -86,8 +86,8 @@ def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str 
     return replace(message, defines=defines, refs=refs)
 
 
-async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any) -> Any:
-    """`store.<name>(*args)`: awaited on an `AsyncPruneStore`, run in a worker thread on a `PruneStore`.
+async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any, **kwargs: Any) -> Any:
+    """`store.<name>(*args, **kwargs)`: awaited on an `AsyncPruneStore`, run in a worker thread on a `PruneStore`.
 
     A `PruneStore` on an in-memory SQLite database is called in place: such a database is one
     connection's, and SQLAlchemy gives each thread a connection of its own (a worker thread would
@@ -95,10 +95,10 @@ async def on_store(store: PruneStore | AsyncPruneStore, name: str, *args: Any) -
     """
     method = getattr(store, name)
     if isinstance(store, AsyncPruneStore):
-        return await method(*args)
+        return await method(*args, **kwargs)
     if _in_memory(store.url):
-        return method(*args)
-    return await asyncio.to_thread(method, *args)
+        return method(*args, **kwargs)
+    return await asyncio.to_thread(method, *args, **kwargs)
 
 
 def blocking(store: PruneStore | AsyncPruneStore, instead: str) -> PruneStore:
@@ -106,3 +106,16 @@ def blocking(store: PruneStore | AsyncPruneStore, instead: str) -> PruneStore:
     if not isinstance(store, PruneStore):
         raise TypeError(f"this history wraps an AsyncPruneStore: use {instead}")
     return store
+
+
+RECALL_DESCRIPTION = (
+    "Look up earlier messages of this conversation that are no longer in view (older tool results, "
+    "passages, turns): give words they held. Returns the latest matches, oldest first."
+)
+
+
+def recalled(found: Sequence[StoredMessage]) -> str:
+    """What a recall tool answers: each message found with its role and turn, or that none was."""
+    if not found:
+        return "Nothing earlier in this conversation matches."
+    return "\n\n".join(f"[{m.role}, turn {m.turn}] {m.content}" for m in found)

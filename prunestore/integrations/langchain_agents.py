@@ -22,7 +22,9 @@ from typing import Any
 
 try:
     from langchain.agents.middleware import AgentMiddleware, ModelRequest, ModelResponse
+    from langchain.tools import ToolRuntime
     from langchain_core.messages import BaseMessage
+    from langchain_core.tools import BaseTool, StructuredTool
 except ModuleNotFoundError as exc:
     raise ModuleNotFoundError(
         f"PruneStoreMiddleware needs langchain 1.x ({exc.name} is missing): install the langchain extra "
@@ -36,7 +38,7 @@ from ..model import Message
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import blocking, on_store, unstored
+from ._shared import RECALL_DESCRIPTION, blocking, on_store, recalled, unstored
 
 __all__ = ["PruneStoreMiddleware"]
 
@@ -56,15 +58,22 @@ class PruneStoreMiddleware(AgentMiddleware):
     it. Keyword options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_openai`.
 
+    With ``recall=True`` the agent gets a tool, ``recall(words)``, that looks
+    up the thread's messages no longer in the prompt (`PruneStore.recall`):
+    what the model asks back comes as that tool's result.
+
     The messages handed to the model are shared with the store's cache: a
     middleware placed after this one must copy a message before changing it.
     """
 
-    def __init__(self, store: PruneStore | AsyncPruneStore, *, session: SessionName = None, **options: Any) -> None:
+    def __init__(
+        self, store: PruneStore | AsyncPruneStore, *, session: SessionName = None, recall: bool = False, **options: Any
+    ) -> None:
         super().__init__()
         self.store = store
         self.session = session
         self.options = options
+        self.tools: list[BaseTool] = [self._recall_tool()] if recall else []
 
     def session_of(self, runtime: Any) -> str:
         """The store session of the thread `runtime` runs in."""
@@ -100,6 +109,17 @@ class PruneStoreMiddleware(AgentMiddleware):
         await on_store(self.store, "append_with", name, _new_messages(request.state["messages"], self.options))
         prompt = await on_store(self.store, "view", name, LANGCHAIN)
         return await handler(request.override(messages=list(prompt)))
+
+    def _recall_tool(self) -> BaseTool:
+        """The agent's look-up of its thread's pruned messages (the thread's session, as the model call's)."""
+
+        def recall(words: str, runtime: ToolRuntime) -> str:
+            return recalled(self._blocking().recall(self.session_of(runtime), text=words))
+
+        async def arecall(words: str, runtime: ToolRuntime) -> str:
+            return recalled(await on_store(self.store, "recall", self.session_of(runtime), text=words))
+
+        return StructuredTool.from_function(recall, coroutine=arecall, name="recall", description=RECALL_DESCRIPTION)
 
     def _blocking(self) -> PruneStore:
         return blocking(self.store, "the agent's async methods (ainvoke, astream)")
