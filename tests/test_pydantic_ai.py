@@ -324,3 +324,29 @@ def test_an_in_memory_store_works_from_the_event_loop():
         asyncio.run(agent_for(model, PruneStoreHistory(store)).run(QUESTIONS[0], conversation_id="conv"))
         assert [m.role for m in store.messages("conv")] == ["user", "assistant", "tool_output", "assistant"]
         assert len(model.seen) == 2 and store.verify("conv").ok
+
+
+def test_the_recall_tool_gives_the_model_back_a_pruned_return(open_store, store_url):
+    """With recall=True the agent has a `recall` tool; what it finds is the superseded listing, as its return."""
+    recall_call = [ToolCallPart("recall", {"words": "/data FILE39.csv"}, tool_call_id="r1")]
+    model = Scripted([ls_calls(("c1", "/data")), ls_calls(("c2", "/data")), recall_call, text("Found.")], store_url)
+    history = PruneStoreHistory(open_store(), recall=True)
+
+    async def run() -> list[ModelMessage]:
+        result = await agent_for(model, history).run("List /data twice, then recall it.", conversation_id="conv")
+        return result.all_messages()
+
+    run_messages = asyncio.run(run())
+    model.close()
+    returns = {p.tool_call_id: p.content for m in run_messages for p in m.parts if isinstance(p, ToolReturnPart)}
+    assert returns["r1"] == f"[tool_output, turn 1] {returns['c1']}"
+    assert any(t.name == "recall" for t in model_tools(history))
+    with PruneStore(store_url) as store:
+        assert [m.verdict for m in store.messages("conv") if m.content == returns["c1"]] == ["superseded", "kept"]
+        assert store.verify("conv").ok
+
+
+def model_tools(history: PruneStoreHistory) -> list[Any]:
+    toolset = history.get_toolset()
+    assert toolset is not None and PruneStoreHistory(history.store).get_toolset() is None
+    return list(toolset.tools.values())

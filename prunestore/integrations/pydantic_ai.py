@@ -49,6 +49,8 @@ try:
         ToolReturnPart,
         UserPromptPart,
     )
+    from pydantic_ai.tools import RunContext
+    from pydantic_ai.toolsets import FunctionToolset
 except ModuleNotFoundError as exc:
     raise ModuleNotFoundError(
         f"prunestore.integrations.pydantic_ai needs pydantic-ai 2.x ({exc.name} is missing): install the "
@@ -63,7 +65,7 @@ from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import importer_after, on_store, unstored, with_call_keys
+from ._shared import RECALL_DESCRIPTION, importer_after, on_store, recalled, unstored, with_call_keys
 
 __all__ = ["PruneStoreHistory", "PYDANTIC_AI"]
 
@@ -80,6 +82,10 @@ class PruneStoreHistory(AbstractCapability[Any]):
     ``RunContext`` computes it. Keyword options (``document_tools``,
     ``keep_tools``, ``ttl``, ``keys_of``) say how tool returns are pruned, as
     for `from_openai`.
+
+    With ``recall=True`` the agent gets a tool, ``recall(words)``, that looks
+    up the conversation's messages no longer in the prompt (`PruneStore.recall`):
+    what the model asks back comes as that tool's return.
     """
 
     def __init__(
@@ -87,11 +93,13 @@ class PruneStoreHistory(AbstractCapability[Any]):
         store: PruneStore | AsyncPruneStore,
         *,
         session: str | Callable[[Any], str] | None = None,
+        recall: bool = False,
         **options: Any,
     ) -> None:
         self.store = store
         self.session = session
         self.options = options
+        self.recall = recall
         self._joined: OrderedDict[str, _Joined] = OrderedDict()  # per session, the last prompt joined
         self._lock = threading.Lock()
 
@@ -104,6 +112,17 @@ class PruneStoreHistory(AbstractCapability[Any]):
         if not ctx.conversation_id:
             raise InvalidArgumentError("conversation_id=None: name the session with PruneStoreHistory(session=...)")
         return str(ctx.conversation_id)
+
+    def get_toolset(self) -> FunctionToolset[Any] | None:
+        if not self.recall:
+            return None
+
+        async def recall(ctx: RunContext[Any], words: str) -> str:
+            return recalled(await on_store(self.store, "recall", self.session_of(ctx), text=words))
+
+        toolset: FunctionToolset[Any] = FunctionToolset()
+        toolset.add_function(recall, takes_ctx=True, name="recall", description=RECALL_DESCRIPTION)
+        return toolset
 
     async def messages(self, session: str) -> list[ModelMessage]:
         """The session's pruned history, as ``message_history=`` takes it; a new list, messages read-only."""
