@@ -568,3 +568,23 @@ def test_an_approval_resumed_in_another_process(store_url, tmp_path, kind):
     with PruneStore(store_url) as store:
         assert len(store.messages("tidy")) == 8  # every item stored once, the approved call and its output too
         assert store.verify("tidy").ok
+
+
+def test_the_recall_tool_gives_the_model_back_a_pruned_output(open_session):
+    """`session.recall_tool()` answers from the session's items out of the prompt: here, the superseded output."""
+
+    async def main() -> None:
+        session, _ = open_session("agent")
+        recall_call = ResponseFunctionToolCall(
+            type="function_call", call_id="r1", name="recall", arguments=json.dumps({"words": "A.CSV"}), id="fc_r1"
+        )
+        model = ScriptedModel([call("c1"), call("c2"), recall_call, say("Found it.")])
+        tools = [list_files, session.recall_tool()]
+        agent = Agent(name="files", instructions="You list files.", model=model, tools=tools)
+        await Runner.run(agent, "List twice, then recall.", session=session)
+        items = await session.get_items()
+        (answer,) = [i["output"] for i in items if i.get("type") == "function_call_output" and i["call_id"] == "r1"]
+        assert answer == "[tool_output, turn 1] a.csv b.csv"
+        assert_paired(items)
+
+    run(main())

@@ -31,7 +31,7 @@ from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..store import PruneStore
 from ._responses_items import RESPONSES_ITEMS, item_of, items_builder, plain_item
-from ._shared import on_store
+from ._shared import RECALL_DESCRIPTION, on_store, recalled
 
 __all__ = ["PruneStoreSession", "AGENT_ITEMS"]
 
@@ -111,6 +111,19 @@ class PruneStoreSession:
         """Remove the session's last stored item and return it: one atomic call on the store."""
         popped = await on_store(self.store, "pop", self.session_id)
         return None if popped is None else item_of(popped)
+
+    def recall_tool(self) -> Any:
+        """A tool for the agent, ``recall(words)``: the session's items out of the prompt that hold the words.
+
+        Give it to the agent (``Agent(..., tools=[..., session.recall_tool()])``); what the model asks
+        back comes as that call's output (`PruneStore.recall`).
+        """
+        from agents import function_tool
+
+        async def recall(words: str) -> str:
+            return recalled(await on_store(self.store, "recall", self.session_id, text=words))
+
+        return function_tool(recall, name_override="recall", description_override=RECALL_DESCRIPTION)
 
     async def clear_session(self) -> None:
         try:
