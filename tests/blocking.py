@@ -33,6 +33,14 @@ class BlockingAsyncStore:
             return attribute
         return lambda *args, **kwargs: self._loop.run_until_complete(attribute(*args, **kwargs))
 
+    def let_go(self) -> None:
+        """Close the pooled connections of both engines and of the store's (each opens anew on its next use)."""
+        self.engine.dispose()
+        for engine, _ in list(self.aio._loops.values()):
+            disposed = engine.dispose()
+            if inspect.isawaitable(disposed):
+                self._loop.run_until_complete(disposed)
+
     def close(self) -> None:
         self._loop.run_until_complete(self.aio.close())
         self._loop.close()

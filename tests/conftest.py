@@ -106,6 +106,8 @@ def open_store(store_url, api):
         for earlier in opened:  # hypothesis opens one per example: let them keep no idle connections
             if isinstance(earlier, PruneStore):
                 earlier.engine.dispose()
+            else:
+                earlier.let_go()
         opened.append(store)
         return store
 
