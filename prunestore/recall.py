@@ -9,6 +9,7 @@ asked (a tool result), which is then a message of the session like any other.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -32,7 +33,7 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
     ASCII is all that casefold does); other content (non-ASCII, or stored escaped for its NULs) goes
     through, and it alone may hold a word that is not ASCII or holds NUL. Each row is then checked exactly.
     """
-    shape = (postgres, has_key, tuple(word.isascii() and "\x00" not in word for word in words))
+    shape = (postgres, has_key, tuple(map(_plain, words)))
     cached = _STATEMENTS.get(shape)
     if cached is None:
         conditions = [" AND ' ' || eff_defines || ' ' LIKE :key_pattern"] if has_key else []
@@ -50,6 +51,11 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
             f"AND NOT ({IN_PROMPT}){''.join(conditions)} ORDER BY seq DESC LIMIT :chunk"
         )
     return cached
+
+
+def _plain(word: str) -> bool:
+    """Whether the database looks for `word` itself: ASCII without NUL (other words only in unusual content)."""
+    return word.isascii() and "\x00" not in word
 
 
 @dataclass(frozen=True)
@@ -86,35 +92,30 @@ def recall(driver: Driver, sid: int, query: Query, limit: int) -> list[StoredMes
     high = query.high
     if query.key is not None:  # no message after the key's last definer defines it: start there
         high = min(high, driver.scalar(_LAST_DEFINER, {"sid": sid, "key": query.key}) or 0)
-    found: list[StoredMessage] = []
-    for message in _out_of_prompt(driver, sid, query, high, limit):
-        if query.matches(message):
-            found.append(message)
-            if len(found) == limit:
-                break
-    return found[::-1]
+    return list(itertools.islice(_matches(driver, sid, query, high, limit), limit))[::-1]
 
 
-def _out_of_prompt(driver: Driver, sid: int, query: Query, high: int, limit: int) -> Iterator[StoredMessage]:
-    """The session's messages out of the prompt from seq `high` back to the query's start, newest first.
+def _matches(driver: Driver, sid: int, query: Query, high: int, limit: int) -> Iterator[StoredMessage]:
+    """The session's messages out of the prompt that match, from seq `high` back to the query's start.
 
-    Read a chunk at a time (a larger one would read on past the matches that suffice).
+    Read a chunk at a time, newest first. Where the statement's conditions filter, a chunk is what is
+    still wanted, then twice as many each time rows fail the exact check: few round trips either way,
+    and none reading far past the matches that suffice.
     """
     statement = _statement(driver.postgres, query.key is not None, query.words)
-    words = {f"w{i}": word for i, word in enumerate(query.words) if word.isascii() and "\x00" not in word}
-    params: dict = {"sid": sid, "low": query.low, **words}
+    params: dict = {"sid": sid, "low": query.low}
+    params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
     if query.key is not None:
         params["key_pattern"] = f"% {query.key} %"
     filtered = query.key is not None or query.words
     wanted, reads = limit, 0
     while high >= query.low:
-        # Where the conditions filter, what is still wanted, then twice as many each time rows fail the
-        # exact check: few round trips either way, and none reading far past the matches that suffice.
         chunk = min(max(wanted, 1) << reads, _CHUNK) if filtered else _CHUNK
         rows = driver.all(statement, {**params, "high": high, "chunk": chunk})
         for message in map(stored_message, rows):
-            wanted -= query.matches(message)
-            yield message
+            if query.matches(message):
+                wanted -= 1
+                yield message
         if len(rows) < chunk:
             return
         high, reads = rows[-1][0] - 1, reads + 1
