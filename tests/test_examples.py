@@ -91,6 +91,13 @@ def test_langchain_create_agent_example(store_url, tmp_path):
     assert "Write report 5. the model saw 25 of 35 messages" in second and "verify: ok" in second
 
 
+def test_recall_tool_example(store_url, tmp_path):
+    for _ in range(2):  # each run starts the thread afresh
+        out = run_example("recall_tool.py", tmp_path, store_url)
+        assert "recall returned:\n[tool_output, turn 1] price of lamp: 240 EUR\nprice readings" in out
+        assert "price readings in the prompt: ['price of lamp: 255 EUR']" in out and "verify: ok" in out
+
+
 def test_pydantic_ai_agent_example(store_url, tmp_path):
     first = run_example("pydantic_ai_agent.py", tmp_path, store_url)
     assert "Write report 2. the model saw 13 messages; stored: 18" in first
