@@ -79,12 +79,6 @@ def store_url(backend, tmp_path, request):
         admin.dispose()
 
 
-def pytest_collection_modifyitems(items):
-    """The tests marked slow first (the wheel's, one of them minutes long): a worker starts on them while the
-    others share the rest, instead of running them alone at the end."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
-
-
 def pytest_generate_tests(metafunc):
     """Modules that set BOTH_APIS run their store tests on PruneStore and on AsyncPruneStore."""
     if "open_store" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_APIS", False):
