@@ -114,8 +114,13 @@ RECALL_DESCRIPTION = (
 )
 
 
+async def recall_answer(store: PruneStore | AsyncPruneStore, session: str, words: str) -> str:
+    """What a recall tool answers: the session's messages out of the prompt holding `words` (`recalled`)."""
+    return recalled(await on_store(store, "recall", session, text=words))
+
+
 def recalled(found: Sequence[StoredMessage]) -> str:
-    """What a recall tool answers: each message found with its role and turn, or that none was."""
+    """The text of a recall's messages: each with its role and turn, or that none was found."""
     if not found:
         return "Nothing earlier in this conversation matches."
     return "\n\n".join(f"[{m.role}, turn {m.turn}] {m.content}" for m in found)

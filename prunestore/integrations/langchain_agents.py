@@ -38,7 +38,7 @@ from ..model import Message
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import RECALL_DESCRIPTION, blocking, on_store, recalled, unstored
+from ._shared import RECALL_DESCRIPTION, blocking, on_store, recall_answer, recalled, unstored
 
 __all__ = ["PruneStoreMiddleware"]
 
@@ -117,7 +117,7 @@ class PruneStoreMiddleware(AgentMiddleware):
             return recalled(self._blocking().recall(self.session_of(runtime), text=words))
 
         async def arecall(words: str, runtime: ToolRuntime) -> str:
-            return recalled(await on_store(self.store, "recall", self.session_of(runtime), text=words))
+            return await recall_answer(self.store, self.session_of(runtime), words)
 
         return StructuredTool.from_function(recall, coroutine=arecall, name="recall", description=RECALL_DESCRIPTION)
 

@@ -31,7 +31,7 @@ from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..store import PruneStore
 from ._responses_items import RESPONSES_ITEMS, item_of, items_builder, plain_item
-from ._shared import RECALL_DESCRIPTION, on_store, recalled
+from ._shared import RECALL_DESCRIPTION, on_store, recall_answer
 
 __all__ = ["PruneStoreSession", "AGENT_ITEMS"]
 
@@ -121,7 +121,7 @@ class PruneStoreSession:
         from agents import function_tool
 
         async def recall(words: str) -> str:
-            return recalled(await on_store(self.store, "recall", self.session_id, text=words))
+            return await recall_answer(self.store, self.session_id, words)
 
         return function_tool(recall, name_override="recall", description_override=RECALL_DESCRIPTION)
 

@@ -65,7 +65,7 @@ from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import RECALL_DESCRIPTION, importer_after, on_store, recalled, unstored, with_call_keys
+from ._shared import RECALL_DESCRIPTION, importer_after, on_store, recall_answer, unstored, with_call_keys
 
 __all__ = ["PruneStoreHistory", "PYDANTIC_AI"]
 
@@ -118,7 +118,7 @@ class PruneStoreHistory(AbstractCapability[Any]):
             return None
 
         async def recall(ctx: RunContext[Any], words: str) -> str:
-            return recalled(await on_store(self.store, "recall", self.session_of(ctx), text=words))
+            return await recall_answer(self.store, self.session_of(ctx), words)
 
         toolset: FunctionToolset[Any] = FunctionToolset()
         toolset.add_function(recall, takes_ctx=True, name="recall", description=RECALL_DESCRIPTION)
