@@ -50,6 +50,18 @@ def _needed(prompt: list, policy: Policy) -> set[str]:
     return out
 
 
+def _returned_and_gone(stored: list, evicted: set[str], shown_before: set[str], newly_evicted: list, delta) -> list:
+    """Messages evicted before this step and after it that a message shown in this step refers to (at most)."""
+    definer = {key: m.id for m in stored for key in effective_defines(m)}
+    wanted = shown_before | {m.id for m in newly_evicted} | set(delta.live_added)
+    while True:  # to a fixed point: a definer that came back may bring back its own
+        more = wanted | {definer[k] for m in stored if m.id in wanted for k in effective_refs(m) if k in definer}
+        if more == wanted:
+            break
+        wanted = more
+    return [m for m in stored if m.verdict == "evicted" and m.id in evicted and m.id in wanted]
+
+
 @pytest.mark.parametrize("policy", BUDGETED)
 @settings(max_examples=40)
 @given(data=st.data())
@@ -83,6 +95,7 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
         if came_back and not delta.events:  # each one a comeback or a late join, counted as one step
             assert stats.comebacks + stats.late_joins > comebacks + late_joins
         assert comebacks + late_joins <= stats.comebacks + stats.late_joins <= comebacks + late_joins + 2
+        returned = stats.comebacks > comebacks
         comebacks, late_joins = stats.comebacks, stats.late_joins
         if not delta.events and not came_back:
             assert ids[: len(before)] == [m.id for m in before], "between events the prompt only grows at its end"
@@ -93,6 +106,11 @@ def test_prompt_moves_only_in_events_and_stays_in_budget(open_store, policy, dat
             shown_before = {m.id for m in before}
             removed = sum(m.tokens for m in before if m.id in set(delta.live_removed))
             removed += sum(m.tokens for m in newly_evicted if m.id not in shown_before)
+            if returned:
+                # A definer that came back in this step and went again in its event (its referrer joined and went
+                # too) was removed by the event as well; the messages that were in the prompt in this step tell which.
+                gone = _returned_and_gone(stored, evicted, shown_before, newly_evicted, delta)
+                removed += sum(m.tokens for m in gone)
             assert stats.pending_tokens == 0
             previous = appended[-2].at if len(appended) > 1 else None
             gap = message.at - previous if message.at and previous else None
@@ -132,6 +150,36 @@ def test_explain_and_stats_speak_of_the_budget(open_store, policy, data):
         if m.verdict == "pending":
             assert "until the next removal event" in why.reason
             assert why.base in ("superseded", "expired", "duplicate")
+
+
+def test_a_late_joiner_and_the_definer_it_brings_back_can_go_in_one_event(open_store):
+    """A duplicate promoted by a new message joins, brings back the definer it refers to, and both go at once."""
+    store = open_store(Policy(restore="direct", budget=9, clear_at_least=3))
+    doc = dict(role="retrieved_doc", content="alpha passage")
+    session = [
+        Message(id="m0", role="system", content="alpha passage", turn=0),
+        Message(id="m1", role="system", content="alpha passage", turn=0),
+        Message(id="m2", turn=0, tool_key="search", defines=("k1",), refs=("k1",), **doc),
+        Message(id="m3", turn=0, tool_key="search", defines=("k1",), refs=("k1",), **doc),
+        Message(id="m4", turn=0, tool_key="fs", expires_after_turn=1, defines=("k1",), refs=("k1",), **doc),
+        Message(id="m5", turn=0, tool_key="sql", defines=("k2",), refs=("k1",), **doc),
+        Message(id="m6", turn=1, tool_key="search", defines=("k2",), refs=("k3",), **dict(doc, role="user")),
+    ]
+    for message in session:
+        store.append("s", message)
+    assert [m.id for m in store.live("s")] == ["m0", "m1", "m6"]
+    events = store.stats("s").events
+    last = Message(id="m7", turn=2, tool_key="fs", expires_after_turn=2, defines=("k2",), refs=("k1",), **doc)
+    delta = store.append("s", last)
+    # m7 supersedes m4's copy of the passage, so m5 is its first copy: m5 joins and m4, which it needs, comes back.
+    # Together they are over the budget, and neither is needed by what stays: the event takes both.
+    assert delta.events == 1 and not delta.live_added and not delta.live_removed
+    verdicts = {m.id: m.verdict for m in store.messages("s")}
+    assert verdicts == prune([*session, last], policy=store.policy).verdicts
+    assert (verdicts["m4"], verdicts["m5"], verdicts["m7"]) == ("evicted", "evicted", "duplicate")
+    stats = store.stats("s")
+    assert (stats.events, stats.comebacks, stats.late_joins) == (events + 1, 1, 1)
+    assert [m.id for m in store.live("s")] == ["m0", "m1", "m6"]
 
 
 def test_an_evicted_message_says_which_removal_event_evicted_it(open_store):
