@@ -31,7 +31,18 @@ from .formats import Dropped, Format, Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
 from .model import Message, Policy, StoredMessage
 from .prices import Prices
-from .results import Delta, Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
+from .results import (
+    Delta,
+    Entry,
+    Erasure,
+    Explanation,
+    GcReport,
+    HistoryPoint,
+    SessionSummary,
+    Stats,
+    VerifyReport,
+    Window,
+)
 from .sql import db
 from .sql.sessions import SessionState
 from .sql.settings import chosen_tokenizer
@@ -207,6 +218,9 @@ class AsyncPruneStore:
 
     async def truncate(self, session: str, after_message_id: str) -> Delta:
         return await self._call(PruneStore.truncate, session, after_message_id)
+
+    async def erase(self, session: str, ids: str | Iterable[str]) -> Erasure:
+        return await self._call(PruneStore.erase, session, ids)
 
     async def fork(self, session: str, at_message_id: str, new_session: str) -> None:
         await self._call(PruneStore.fork, session, at_message_id, new_session)

@@ -44,7 +44,7 @@ _RECORD_HISTORY = Statement(
     "generation_after = :generation WHERE session_id = :sid AND seq = :seq"
 )
 _SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
-_VERDICTS_FROM = Statement(
+VERDICTS_FROM = Statement(
     "SELECT seq, id, verdict FROM prunestore_messages WHERE session_id = :sid AND seq >= :since ORDER BY seq"
 )
 _VERDICTS_OF = Statement(
@@ -139,10 +139,10 @@ def cut(
     sid = row.session_id
     journaled = last_append_at_or_before(driver, sid, cut + 1)
     if journaled is None:
-        before = driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1})
+        before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
         driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
         rebuild_session(driver, row, policy)
-        return delta_between(before, driver.all(_VERDICTS_FROM, {"sid": sid, "since": 1}))
+        return delta_between(before, driver.all(VERDICTS_FROM, {"sid": sid, "since": 1}))
     stamp = row.stamp
 
     undo = read_undo(driver, sid, *journaled)

@@ -33,6 +33,7 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "DUPLICATE",
     "EVICTED",
     "PENDING",
+    "ERASED",
     "LIVE_VERDICTS",
     "SURVIVING_VERDICTS",
     "BUDGET_VERDICTS",
@@ -45,8 +46,8 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "MAX_KEYS",
 ]
 
-Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc"]
-Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending"]
+Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc", "erased"]
+Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending", "erased"]
 RestoreMode = Literal["transitive", "direct"]
 EvictOrder = Literal["oldest", "definers_last"]
 
@@ -59,7 +60,8 @@ EXPIRED: Final = "expired"
 DUPLICATE: Final = "duplicate"
 EVICTED: Final = "evicted"  # kept by the passes, taken out of the prompt to stay under the budget
 PENDING: Final = "pending"  # dropped by the passes, still in the prompt until the next removal event
-VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING)
+ERASED: Final = "erased"  # the role and the verdict of a message whose content `PruneStore.erase` removed
+VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING, ERASED)
 # The verdict sets, defined here once and used by the engine, the SQL text (`sql.rows.sql_set`) and the views.
 LIVE_VERDICTS = (KEPT, RESTORED, PENDING)  # live: what goes into the prompt
 SURVIVING_VERDICTS = (KEPT, RESTORED)  # in the prompt because the passes keep it (not pending)
@@ -163,10 +165,29 @@ class Message:
         if self.at is not None:
             if not isinstance(self.at, datetime) or self.at.utcoffset() is None:
                 raise _fail("at", self.at, "must be a timezone-aware datetime (datetime.now(timezone.utc)) or None")
+        if self.role == ERASED:
+            _check_erased(self)
+            object.__setattr__(self, "tokens", 0)
 
     def given_tokens(self) -> int | None:
         """The token count the caller gave, or None: the store's counter counts the message."""
         return self.tokens
+
+
+def _check_erased(message: Message) -> None:
+    """An erased message keeps its id, turn and time, and nothing it said (docs/semantics.md, "Erasure")."""
+    said = {
+        "content": message.content,
+        "tool_key": message.tool_key,
+        "expires_after_turn": message.expires_after_turn,
+        "defines": message.defines,
+        "refs": message.refs,
+        "metadata": message.metadata,
+        "tokens": message.tokens,
+    }
+    for name, value in said.items():
+        if value not in (None, "", (), 0):
+            raise _fail(name, value, "an erased message holds none (role='erased' keeps only id, turn and at)")
 
 
 MAX_TOKENS = 2**31 - 1  # a message's tokens are stored as a 32-bit integer
@@ -411,6 +432,8 @@ def _roles(field_name: str, roles: object) -> frozenset[str]:
     unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
     if unknown:
         raise InvalidPolicyError(f"{field_name}={shorten(unknown)}: unknown role")
+    if ERASED in roles:
+        raise InvalidPolicyError(f"{field_name}={shorten(sorted(roles))}: an erased message is never in the prompt")
     return frozenset(roles)
 
 

@@ -15,6 +15,7 @@ from typing import Protocol, TypeVar
 from .errors import DuplicateMessageError, InvalidArgumentError, InvalidMessageError, shorten
 from .model import (
     DUPLICATE,
+    ERASED,
     EVICTED,
     EXPIRED,
     KEPT,
@@ -179,8 +180,9 @@ def passes(
     give a message's effective keys. Each is asked only where a pass needs it.
     """
     # Pass 1: superseded tool state. Only the last holder of a tool key survives.
+    # An erased message (which holds no tool key, keys or content) is never in the prompt.
     last_holder = {m.tool_key: i for i, m in enumerate(ms) if m.tool_key is not None}
-    base: list[str | None] = [None] * len(ms)
+    base: list[str | None] = [ERASED if m.role == ERASED else None for m in ms]
     for i, m in enumerate(ms):
         if m.tool_key is not None and last_holder[m.tool_key] != i:
             base[i] = SUPERSEDED

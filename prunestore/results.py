@@ -8,6 +8,7 @@ from .model import LIVE_VERDICTS, StoredMessage
 
 __all__ = [
     "Delta",
+    "Erasure",
     "Explanation",
     "Cause",
     "Mismatch",
@@ -42,6 +43,24 @@ class Delta:
 
     def __bool__(self) -> bool:
         return bool(self.live_added or self.live_removed)
+
+
+@dataclass(frozen=True)
+class Erasure:
+    """The receipt of `PruneStore.erase`: what it erased and what that changed.
+
+    `erased` holds the ids whose content it removed, in append order (an id
+    erased before is not repeated); `changed` the other messages whose
+    verdict moved, as ``id: (before, after)``; `live_added` and
+    `live_removed` how the prompt moved (an erased message that was in it is
+    in `live_removed`).
+    """
+
+    session: str
+    erased: tuple[str, ...] = ()
+    changed: dict[str, tuple[str, str]] = field(default_factory=dict)
+    live_added: tuple[str, ...] = ()
+    live_removed: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -129,6 +148,8 @@ class Explanation:
             )
         if self.base == "duplicate":
             causes.append(Cause("duplicate", (("text", "duplicate of "), ("id", self.duplicate_of))))
+        if self.base == "erased":
+            causes.append(Cause("erased", (("text", "erased: what it said was removed for good"),)))
         if self.needed_for:
             users = ("ids", self.needed_by) if self.needed_by else ("referrers", self.message_id)
             verb = "refers" if len(self.needed_by) == 1 else "refer"
@@ -169,7 +190,7 @@ class Cause:
     that refer to the explained message, whose id is the value).
     """
 
-    kind: str  # "evicted", "kept", "superseded", "expired", "duplicate", "restored", "pending"
+    kind: str  # "evicted", "kept", "superseded", "expired", "duplicate", "erased", "restored", "pending"
     parts: tuple[tuple[str, object], ...]
 
     @property

@@ -19,6 +19,7 @@ from .appending import (
     check_session_name,
 )
 from .engine.state import MsgState
+from .erasure import empty_write_ahead_log, erase_locked, message_ids
 from .errors import (
     DatabaseError,
     InvalidMessageError,
@@ -33,9 +34,7 @@ from .model import (
     Policy,
     StoredMessage,
 )
-from .results import (
-    Delta,
-)
+from .results import Delta, Erasure
 from .sql import db
 from .sql.driver import Driver
 from .sql.rows import SessionRow, stored_message
@@ -410,6 +409,25 @@ class PruneStore(StoreReads):
             return stored_message(last)
 
         return self._writing(f"pop from session {name!r}", run, restarts=True)
+
+    def erase(self, session: str, ids: str | Iterable[str]) -> Erasure:
+        """Remove what messages said, for good, and recompute the session without it (docs/semantics.md,
+        "Erasure"); the receipt lists what was erased and what moved.
+
+        Their content, keys and metadata leave every row, the undo journal and
+        the live cache; the session is rebuilt, so an erasure costs the
+        session's length. Unknown ids raise and change nothing.
+        """
+        name, wanted = check_session_name(session), message_ids(ids)
+
+        def run(driver: Driver, _: list[Write]) -> Erasure:
+            row = lock_existing(driver, name)
+            return erase_locked(driver, name, row, wanted, self._settled(driver, row))
+
+        receipt = self._writing(f"erase from session {name!r}", run, restarts=True)
+        self.live_cache.forget(name)
+        empty_write_ahead_log(self.engine)
+        return receipt
 
     def fork(self, session: str, at_message_id: str, new_session: str) -> None:
         """Start `new_session` with the messages of `session` up to and including `at_message_id`.

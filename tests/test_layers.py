@@ -41,6 +41,7 @@ FLOORS = [
         "prunestore.appending",
         "prunestore.views",
         "prunestore.catalog",
+        "prunestore.erasure",
         "prunestore.lifecycle",
         "prunestore.livecache",
         "prunestore.queries",

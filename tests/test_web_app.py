@@ -235,6 +235,19 @@ def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):
     assert filled.verify().ok
 
 
+def test_an_erased_message_shows_as_a_tombstone_with_its_cause(store):
+    store.append("e", [Message("a", "user", "DEFINE fmt csv SECRETWORD", 0), Message("b", "user", "REF fmt", 1)])
+    store.erase("e", "a")
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    page = client.get("/session", params={"name": "e"})
+    assert re.findall(r'data-seq="(\d+)" data-verdict="(\w+)"', page.text) == [("1", "erased"), ("2", "kept")]
+    message = client.get("/message", params={"session": "e", "id": "a"})
+    assert message.status_code == 200 and "erased: what it said was removed for good" in message.text
+    assert all(
+        "SECRETWORD" not in r.text for r in (page, message, client.get("/content", params={"session": "e", "id": "a"}))
+    )
+
+
 def test_an_empty_session_has_its_pages(store):
     store.append("emptied", Message("only", "user", "hello", 0))
     store.pop("emptied")

@@ -1,4 +1,4 @@
-"""Commands that write: append, import, rebuild, delete, fork, truncate, and the policy."""
+"""Commands that write: append, import, rebuild, delete, fork, truncate, erase, and the policy."""
 
 from __future__ import annotations
 
@@ -276,6 +276,24 @@ def truncate(ctx: click.Context, session: str, after_message_id: str, yes: bool,
                 f"{len(delta.live_removed)} no longer live, {len(delta.live_added)} live again"
             )
         )
+
+
+@command(main)
+@click.argument("session")
+@click.argument("message_ids", nargs=-1, required=True)
+@click.option("--yes", is_flag=True, help="Do not ask for confirmation.")
+def erase(ctx: click.Context, session: str, message_ids: tuple[str, ...], yes: bool, as_json: bool) -> None:
+    """Remove for good what MESSAGE_IDS of SESSION said, and recompute the session without it (asks first)."""
+    confirm(f"Erase the content of {len(message_ids)} message(s) of session {session!r} for good?", yes)
+    with open_store(ctx) as store:
+        receipt = store.erase(session, message_ids)
+    if as_json:
+        echo_json(asdict(receipt))
+        return
+    click.echo(printable(f"erased {len(receipt.erased)} message(s) of {session}: {' '.join(receipt.erased)}"))
+    for message_id, (was, now) in receipt.changed.items():
+        click.echo(printable(f"  {message_id}: {was} -> {now}"))
+    click.echo(f"  {len(receipt.live_removed)} no longer live, {len(receipt.live_added)} live again")
 
 
 def _roles(text: str | None) -> frozenset[str] | None:

@@ -29,7 +29,7 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable
 
-from ..model import DUPLICATE, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy, past_ttl
+from ..model import DUPLICATE, ERASED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy, past_ttl
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows
@@ -296,6 +296,8 @@ class Maintainer:
         if state.role in self.policy.dedupe_roles:
             if self.hashes.join(state):
                 state.base = DUPLICATE
+        elif state.role == ERASED:  # it holds no tool key, TTL or keys: nothing else to do
+            state.base = ERASED
 
         self.keys(state.defines + state.refs)
         for ks in self.keys(state.defines):

@@ -193,6 +193,7 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
         cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         if not read_only:
             cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA secure_delete = ON")  # what is deleted or erased is overwritten
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
 

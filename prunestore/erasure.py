@@ -1,0 +1,76 @@
+"""Erasure: messages' content removed for good, and the session's state recomputed without it.
+
+An erased message keeps its place, id, turn and time, and nothing it said
+(role ``erased``; docs/semantics.md, "Erasure"). The session's derived state
+is then rebuilt from what remains, which also clears the undo journal (it
+holds content hashes); on SQLite, deleted bytes are overwritten
+(``secure_delete``) and the write-ahead log is checkpointed and emptied.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from sqlalchemy.engine import Engine
+
+from .errors import InvalidArgumentError, no_such_message, shorten
+from .lifecycle import VERDICTS_FROM, delta_between, rebuild_session
+from .model import ERASED, Policy, check_identifier
+from .results import Erasure
+from .sql.driver import Driver, Statement
+from .sql.rows import SessionRow
+
+_FIND = Statement("SELECT seq, id, role FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
+_ERASE = Statement(
+    "UPDATE prunestore_messages SET role = 'erased', content = '', content_escaped = 0, tool_key = NULL, "
+    "expires_after_turn = NULL, defines = '', refs = '', metadata = NULL, tokens = 0, tokens_given = 1 "
+    "WHERE session_id = :sid AND seq = :seq"
+)
+
+
+def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], policy: Policy) -> Erasure:
+    """Erase the messages `ids` of the locked session and rebuild its state; the receipt says what moved."""
+    sid = row.session_id
+    found = {id_: (seq, role) for seq, id_, role in driver.chunks(_FIND, {"sid": sid}, "ids", ids)}
+    missing = [id_ for id_ in ids if id_ not in found]
+    if missing:
+        raise no_such_message("ids", missing[0], name)
+    erasing = {seq for seq, role in found.values() if role != ERASED}
+    if not erasing:
+        return Erasure(name)
+    before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
+    driver.run_many(_ERASE, [{"sid": sid, "seq": seq} for seq in sorted(erasing)])
+    rebuild_session(driver, row, policy)
+    after = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
+    delta = delta_between(before, after)
+    changed = {
+        id_: (was, now)
+        for (seq, id_, was), (_, _, now) in zip(before, after, strict=True)
+        if was != now and seq not in erasing
+    }
+    erased = tuple(id_ for seq, id_, _ in before if seq in erasing)
+    return Erasure(name, erased, changed, delta.live_added, delta.live_removed)
+
+
+def message_ids(ids: str | Iterable[str]) -> list[str]:
+    """The ids to erase: one id, or any iterable of them, each checked by name."""
+    if isinstance(ids, str):
+        ids = [ids]
+    elif not isinstance(ids, Iterable):
+        raise InvalidArgumentError(f"ids={shorten(ids)}: must be a message id or an iterable of them")
+    wanted = list(dict.fromkeys(ids))
+    for id_ in wanted:
+        check_identifier("ids", id_)
+    return wanted
+
+
+def empty_write_ahead_log(engine: Engine) -> None:
+    """On SQLite, copy the write-ahead log into the database and empty it: its older pages still hold what
+    was erased. Readers holding a snapshot keep it until they finish; the next checkpoint then empties it."""
+    if engine.dialect.name != "sqlite":
+        return
+    pooled = engine.raw_connection()
+    try:
+        Driver(pooled.dbapi_connection, engine.dialect).execute_plain("PRAGMA wal_checkpoint(TRUNCATE)")
+    finally:
+        pooled.close()
