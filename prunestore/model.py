@@ -429,6 +429,7 @@ class Policy:
 def _roles(field_name: str, roles: object) -> frozenset[str]:
     if isinstance(roles, str) or not isinstance(roles, Iterable):
         raise InvalidPolicyError(f"{field_name}={shorten(roles)}: must be a set of roles")
+    roles = list(roles)
     unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
     if unknown:
         raise InvalidPolicyError(f"{field_name}={shorten(unknown)}: unknown role")
