@@ -5,12 +5,15 @@ one loop, so that all see the same machine, it times 25 of each:
 
 * cold: a store without the live cache (``live_cache_bytes=0``), which reads
   and builds every row, as any store does after another process wrote;
-* after another writer's append: the cache notices the new stamp, reads again;
+* after another writer's append: the cache notices the new stamp, and the
+  undo journal names the rows that append changed, which it reads;
 * after its own append (a tool result superseding the last one, and a user
   message): the cache reads the rows that append wrote;
 * again, with nothing written since;
 * a bare driver fetch of the same rows' 14 fields as plain tuples (no
-  objects built): what any cold reader of these rows pays at least.
+  objects built): what any cold reader of these rows pays at least;
+* the Chat Completions view (`store.view`, what the integrations read),
+  cold and after another writer's append.
 
 The cyclic garbage collector runs before each timed call, outside the timing:
 otherwise its full collections (tens of ms in a process holding a few hundred
@@ -32,6 +35,7 @@ import uuid
 from pathlib import Path
 
 from prunestore import Message, PruneStore
+from prunestore.integrations.openai_chat import OPENAI_CHAT
 from prunestore.sql import db
 
 
@@ -95,7 +99,11 @@ def measure(url: str) -> dict[str, list[float]]:
         timed("after its own append", lambda: store.live(name))
         timed("nothing written since", lambda: store.live(name))
         timed("bare driver fetch", lambda: raw.driver_connection.execute(bare_sql).fetchall())
+        timed("view, cold", lambda: cold.view(name, OPENAI_CHAT))
+        other.append(name, Message(f"v{i}", "user", f"from another process again {i}", turn))
+        timed("view after another writer's append", lambda: store.view(name, OPENAI_CHAT))
     assert store.live(name) == cold.live(name)
+    assert store.view(name, OPENAI_CHAT) == cold.view(name, OPENAI_CHAT)
     raw.close()
     store.delete_session(name)
     for s in (store, other, cold):
@@ -128,6 +136,8 @@ _CASES = [
     "after its own append",
     "nothing written since",
     "bare driver fetch",
+    "view, cold",
+    "view after another writer's append",
 ]
 
 

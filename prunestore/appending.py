@@ -33,7 +33,7 @@ from .results import Delta
 from .sql.driver import Driver
 from .sql.locked_rows import AheadRows, LockedRows, read_ahead
 from .sql.rows import MESSAGES_BY_ID, SessionRow, stored_message
-from .sql.sessions import lock_session_for_append
+from .sql.sessions import lock_session_for_append, new_stamp
 from .sql.undo import journal_entry
 from .text import count_tokens
 from .tokens import Countable, message_tokens
@@ -42,8 +42,8 @@ DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
 
 # A committed write for the live cache: session name, key, stamp before and after, the seqs it wrote,
-# and (a cut) the seq after which it took every message back first, or None.
-Write = tuple[str, int, int | None, int, list[int], int | None]
+# (a cut) the seq after which it took every message back first, or None, and the session's last seq after it.
+Write = tuple[str, int, int | None, int, list[int], int | None, int]
 
 
 def check_session_name(session: object) -> str:
@@ -242,6 +242,7 @@ def append_locked(
     prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
     changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
     holders_added, holders_removed = maintainer.hash_holder_changes()
+    stamp = new_stamp()
     rows.write_back(
         maintainer.new,
         changed,
@@ -250,13 +251,14 @@ def append_locked(
         holders_removed,
         current_turn=maintainer.current_turn,
         last_seq=maintainer.last_seq,
-        journal=journal_entry(row.current_turn, changed, keys, holders_removed, prompt_before),
+        journal=journal_entry(row.current_turn, changed, keys, holders_removed, prompt_before, (before, stamp)),
         prompt=prompt,
+        stamp=stamp,
     )
     if writes is not None:
         seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
         assert row.stamp is not None  # write_back set it
-        writes.append((name, row.session_id, before, row.stamp, seqs, None))
+        writes.append((name, row.session_id, before, row.stamp, seqs, None, maintainer.last_seq))
     added, removed = maintainer.delta()
     events = prompt.events - prompt_before.events if prompt and prompt_before else 0
     return Delta(tuple(added), tuple(removed), len(fresh), events)

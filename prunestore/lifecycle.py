@@ -166,7 +166,7 @@ def cut(
         written = touched + [m.seq for m, _ in tail] + [seq for write in again for seq in write[4]]
         now = again[-1][3] if again else row.stamp
         assert now is not None  # update_session set it
-        writes.append((name, sid, stamp, now, written, undo.since - 1))
+        writes.append((name, sid, stamp, now, written, undo.since - 1, undo.since - 1 + len(kept)))
     return delta_between(before, after)
 
 

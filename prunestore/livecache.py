@@ -9,7 +9,11 @@ session's state. An append made through the same store moves its session's
 entry forward by naming the seqs whose rows it wrote; the next `live()` reads
 just those rows. A write by anyone else (another process or store object, a
 truncate, a rebuild) leaves a stamp the entry does not know, and the list is
-read again in full.
+read again in full, unless the undo journal shows that only appends wrote
+since: each append's entry names the stamps it moved the session between
+(`sql.undo.changed_since`), so a chain of them from the entry's stamp to the
+session's says which rows to read, and a turn written by another process
+costs what that turn changed.
 
 The messages are shared between calls: they are immutable, and their
 metadata is read-only (`prunestore.frozen`), so no caller can change what the
@@ -27,10 +31,12 @@ from typing import Any
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
-from .sql.driver import Driver
+from .sql.driver import Driver, Statement
 from .sql.rows import (
     ALL_MESSAGES,
     ANY_BY_SEQ,
+    FULL_COLUMNS,
+    IN_PROMPT,
     LIVE_BY_SEQ,
     LIVE_MESSAGES,
     SessionRow,
@@ -39,7 +45,14 @@ from .sql.rows import (
     seq_column,
     stored_message,
 )
+from .sql.undo import changed_since
 from .views import CachedView, Form, Prompt, View
+
+# The rows after a seq: what another writer's appends added since an entry was read.
+_MESSAGES_AFTER = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq > :seq")
+_LIVE_AFTER = Statement(
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq > :seq AND {IN_PROMPT}"
+)
 
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
@@ -68,11 +81,12 @@ class CachedLive:
     shared: list[StoredMessage]  # the message of each row, handed to every caller
     size: int
     pending: frozenset[int] = frozenset()
+    last_seq: int = 0  # the session's, at `stamp`
 
     @classmethod
-    def read(cls, sid: int, stamp: int, rows: list[tuple]) -> CachedLive:
+    def read(cls, sid: int, stamp: int, rows: list[tuple], last_seq: int) -> CachedLive:
         """An entry of freshly read rows."""
-        return cls(sid, stamp, rows, [stored_message(r, frozen=True) for r in rows], _size(rows))
+        return cls(sid, stamp, rows, [stored_message(r, frozen=True) for r in rows], _size(rows), last_seq=last_seq)
 
     def patched(self, fresh: list[tuple]) -> CachedLive:
         """This entry with the pending seqs' rows replaced by `fresh` (their live rows, read at `stamp`).
@@ -88,7 +102,7 @@ class CachedLive:
             (bisect_left(rows, seq_column(r), key=seq_column), r) for r in sorted(fresh)
         ]  # rows sort by seq first
         messages = [(i, stored_message(r, frozen=True)) for i, r in places]
-        return CachedLive(self.sid, self.stamp, _with(rows, places), _with(shared, messages), size)
+        return replace(self, rows=_with(rows, places), shared=_with(shared, messages), size=size, pending=frozenset())
 
     def messages(self) -> list[StoredMessage]:
         return self.shared[:]  # a new list, at C speed; the messages (and their metadata) are read-only
@@ -143,11 +157,12 @@ class LiveCache:
         """The estimated bytes held."""
         return self._size
 
-    def get(self, name: str, session: SessionRow, view: str | None = None) -> Any:
-        """The cached entry under this name and view, when its key and stamp are those on the row given."""
+    def get(self, name: str, session: SessionRow, view: str | None = None, *, stale: bool = False) -> Any:
+        """The cached entry under this name and view, when its key and stamp are those on the row given
+        (with `stale`, whatever its stamp)."""
         with self._lock:
             entry = self._entries.get((name, view))
-            if entry is None or entry.sid != session.session_id or entry.stamp != session.stamp:
+            if entry is None or entry.sid != session.session_id or (entry.stamp != session.stamp and not stale):
                 return None
             self._entries.move_to_end((name, view))
             return entry
@@ -166,16 +181,24 @@ class LiveCache:
                 self._drop(next(iter(self._entries)))
 
     def advance(
-        self, name: str, sid: int, before: int | None, after: int, seqs: Iterable[int], cut: int | None = None
+        self,
+        name: str,
+        sid: int,
+        before: int | None,
+        after: int,
+        seqs: Iterable[int],
+        cut: int | None,
+        last_seq: int,
     ) -> None:
-        """Record a committed write of this store that took the session from stamp `before` to `after`,
-        writing the rows at `seqs`, after taking back every message after seq `cut` (when given)."""
+        """Record a committed write of this store that took the session from stamp `before` to `after`
+        (and its last seq to `last_seq`), writing the rows at `seqs`, after taking back every message after
+        seq `cut` (when given)."""
         seqs = frozenset(seqs)
         with self._lock:
             for view in list(self._views.get(name, ())):
                 entry = self._entries[name, view]
                 if entry.sid == sid and entry.stamp == before:
-                    moved = {"stamp": after, "pending": entry.pending.union(seqs)}
+                    moved = {"stamp": after, "pending": entry.pending.union(seqs), "last_seq": last_seq}
                     if cut is not None and isinstance(entry, CachedView):
                         moved["cut"] = cut if entry.cut is None else min(cut, entry.cut)
                     self._entries[name, view] = replace(entry, **moved)  # type: ignore[arg-type]
@@ -207,30 +230,55 @@ def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> l
     """The session's live messages through the cache: kept, patched from the rows an own append wrote, or read."""
     if not cache.max_bytes or row.stamp is None:  # no stamp: not written since revision 0003
         return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, {"sid": row.session_id})]
-    entry = cache.get(name, row)
+    sid = row.session_id
+    entry = cache.get(name, row) or _caught_up(cache.get(name, row, stale=True), driver, row)
     if entry is None:
-        entry = CachedLive.read(row.session_id, row.stamp, driver.all(LIVE_MESSAGES, {"sid": row.session_id}))
+        entry = CachedLive.read(sid, row.stamp, driver.all(LIVE_MESSAGES, {"sid": sid}), row.last_seq)
         cache.put(name, entry)
         return entry.messages()
-    if entry.pending:
-        entry = entry.patched(driver.chunks(LIVE_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending)))
+    if entry.pending or entry.last_seq < row.last_seq:
+        fresh = driver.chunks(LIVE_BY_SEQ, {"sid": sid}, "seqs", sorted(entry.pending))
+        if entry.last_seq < row.last_seq:
+            fresh += driver.all(_LIVE_AFTER, {"sid": sid, "seq": entry.last_seq})
+        entry = replace(entry.patched(fresh), last_seq=row.last_seq)
         cache.put(name, entry)
     return entry.messages()
 
 
+def _caught_up(entry: Any, driver: Driver, row: SessionRow) -> Any:
+    """An entry read at an earlier stamp, moved to the row's when only appends wrote since (their journal
+    says what they changed; the rows after the entry's last seq are new), else None. The rows are read
+    by the caller: the entry's last seq stays, and its pending seqs gain what the appends changed."""
+    if entry is None:
+        return None
+    assert row.stamp is not None
+    changed = changed_since(driver, row.session_id, entry.last_seq, entry.stamp, row.stamp)
+    if changed is None:
+        return None
+    return replace(entry, stamp=row.stamp, pending=entry.pending.union(changed))
+
+
 def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form: Form) -> Prompt:
     """The session's prompt in `form`'s objects through the cache, kept and patched like `read_live`'s list."""
-    cached = cache.max_bytes > 0 and row.stamp is not None
-    entry = cache.get(name, row, form.name) if cached else None
+    sid, stamp = row.session_id, row.stamp
+    cached = cache.max_bytes > 0 and stamp is not None
+    entry = None
+    if cached:
+        entry = cache.get(name, row, form.name) or _caught_up(cache.get(name, row, form.name, stale=True), driver, row)
+    if entry is not None and (entry.pending or entry.cut is not None or entry.last_seq < row.last_seq):
+        rows = driver.chunks(ANY_BY_SEQ, {"sid": sid}, "seqs", sorted(entry.pending))
+        if entry.last_seq < row.last_seq:
+            rows += driver.all(_MESSAGES_AFTER, {"sid": sid, "seq": entry.last_seq})
+        assert stamp is not None  # the entry matched the row's stamp
+        if entry.view.apply(rows, entry.cut, (entry.base, stamp)):
+            entry = CachedView(sid, stamp, entry.view, entry.view.size, last_seq=row.last_seq, base=stamp)
+            cache.put(name, entry, form.name)
+        else:  # another thread moved the view on from a later state than the one read here
+            entry = None
     if entry is None:
-        view = View(form)
-        view.apply(driver.all(ALL_MESSAGES, {"sid": row.session_id}))
-        if cached:
-            assert row.stamp is not None
-            cache.put(name, CachedView(row.session_id, row.stamp, view, view.size), form.name)
+        view = View(form, stamp=stamp)
+        view.apply(driver.all(ALL_MESSAGES, {"sid": sid}))
+        if stamp is not None and cache.max_bytes > 0:
+            cache.put(name, CachedView(sid, stamp, view, view.size, last_seq=row.last_seq, base=stamp), form.name)
         return view.prompt()
-    if entry.pending or entry.cut is not None:
-        rows = driver.chunks(ANY_BY_SEQ, {"sid": row.session_id}, "seqs", sorted(entry.pending))
-        entry.view.apply(rows, entry.cut)
-        cache.put(name, CachedView(entry.sid, entry.stamp, entry.view, entry.view.size), form.name)
     return entry.view.prompt()

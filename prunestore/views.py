@@ -70,7 +70,10 @@ class View:
     """The prompt of one session in one `Form`, and what it takes to patch it.
 
     `apply` is idempotent (a row applied twice changes nothing more), so two
-    threads patching with the same rows agree.
+    threads patching with the same rows agree. `stamp` is the session's stamp
+    whose state the view holds: a patch names the stamp it starts from and the
+    one it reaches, and one that would start elsewhere (a thread that read an
+    older state) is refused rather than mixed in.
     """
 
     form: Form
@@ -89,11 +92,23 @@ class View:
     last_seq: int = 0
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
+    stamp: int | None = None
 
-    def apply(self, rows: Iterable[tuple], cut: int | None = None) -> None:
+    def apply(
+        self, rows: Iterable[tuple], cut: int | None = None, moves: tuple[int | None, int | None] | None = None
+    ) -> bool:
         """Take in rows read with `sql.rows.FULL_COLUMNS` (new ones, and old ones whose verdict changed),
-        after forgetting the messages after seq `cut` (when given: a truncate or pop took them back)."""
+        after forgetting the messages after seq `cut` (when given: a truncate or pop took them back).
+
+        With `moves` (stamp from, stamp to), only a view at the first stamp takes them in, or one already at
+        the second; False when the view is at neither (the caller reads the session afresh)."""
         with self.lock:
+            if moves is not None:
+                if self.stamp == moves[1]:
+                    return True
+                if self.stamp != moves[0]:
+                    return False
+                self.stamp = moves[1]
             if cut is not None:
                 self._cut(cut)
             sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
@@ -121,6 +136,7 @@ class View:
                 if seq not in self.leaders:
                     self._place(seq, self._render(seq, sent))
             self._lead(dirty)
+        return True
 
     def _register(self, seq: int, unit: Unit | None, text_size: int) -> Iterable[int]:
         """Index a message new to the view: the calls it makes, or which caller it answers.
@@ -268,3 +284,5 @@ class CachedView:
     size: int
     pending: frozenset[int] = frozenset()
     cut: int | None = None
+    last_seq: int = 0  # the session's, at `stamp`
+    base: int | None = None  # the stamp the view held when this entry was made

@@ -202,6 +202,29 @@ def test_every_render_after_every_append_is_valid(store, transcript, dropped):
         assert store.render(session, "text").text.count("\n\n") + 1 >= min(1, len(store.live(session)))
 
 
+@pytest.fixture
+def caching_stores(open_store):
+    """Two stores with the live cache, and one without it; opened once for all examples."""
+    return open_store(), open_store(), open_store(live_cache_bytes=0)
+
+
+@settings(max_examples=30)
+@given(transcript=openai_transcripts(), data=st.data())
+def test_a_view_follows_another_stores_appends(caching_stores, transcript, data):
+    """Store `a` keeps its view while `b` appends calls and results too: each view equals a cold one."""
+    a, b, cold = caching_stores
+    session = f"v{next(_names)}"
+    count = 0
+    for n in range(len(transcript)):
+        messages = from_openai(transcript[: n + 1], **OPTIONS)
+        writer = data.draw(st.sampled_from([a, b, b]))
+        writer.append(session, messages[count:])
+        count = len(messages)
+        if data.draw(st.booleans()):
+            assert a.view(session, OPENAI_CHAT) == cold.view(session, OPENAI_CHAT)
+    assert a.view(session, OPENAI_CHAT) == cold.view(session, OPENAI_CHAT) == cold.render(session).messages
+
+
 @settings(max_examples=40)
 @given(transcript=openai_transcripts(), dropped=st.sampled_from(["omit", "placeholder"]))
 def test_anthropic_transcripts_render_valid_after_every_append(store, transcript, dropped):

@@ -1,9 +1,10 @@
 """The live cache: `live()` from memory must always be what a cold read of the database gives.
 
 Store `a` keeps its cache; other stores write behind its back (appends,
-truncates, rebuilds, a deleted and re-created session), and after every step
-`a.live()` must equal the batch oracle and, field by field, the live messages
-of an uncached read.
+truncates, rebuilds, erasures, a deleted and re-created session), and after
+every step `a.live()` and `a.view()` must equal the batch oracle and, field by
+field, an uncached read. Another store's appends are followed through the
+undo journal; any other write makes the next read a full one.
 """
 
 from __future__ import annotations
@@ -21,9 +22,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import Message, PruneStore, PruneStoreError, livecache, prune
+from prunestore.integrations.openai_chat import OPENAI_CHAT
 from prunestore.livecache import LiveCache
 from prunestore.showcase import workloads
-from prunestore.sql.rows import stored_message
+from prunestore.sql.rows import FULL_COLUMNS, stored_message
+from prunestore.views import View
 
 _names = itertools.count()
 _FULL_READ = "ORDER BY seq"  # of the live-row reads, only the cold read of a whole list sorts in SQL
@@ -44,7 +47,7 @@ def test_live_follows_writes_by_itself_and_by_others(stores, policy, data):
     appended: list[Message] = []
     for batch in data.draw(batches(data.draw(sessions(max_size=20)))):
         writer = data.draw(st.sampled_from([a, a, b]))
-        step = data.draw(st.sampled_from(["append"] * 4 + ["truncate", "rebuild", "recreate"]))
+        step = data.draw(st.sampled_from(["append"] * 4 + ["truncate", "rebuild", "recreate", "erase"]))
         if step == "truncate" and appended:
             cut = data.draw(st.integers(0, len(appended) - 1))
             writer.truncate(session, appended[cut].id)
@@ -54,6 +57,10 @@ def test_live_follows_writes_by_itself_and_by_others(stores, policy, data):
         elif step == "recreate" and appended:
             writer.delete_session(session)
             appended = []
+        elif step == "erase" and appended:
+            gone = data.draw(st.sampled_from(appended)).id
+            writer.erase(session, [gone])
+            appended = [Message(m.id, "erased", "", m.turn, at=m.at) if m.id == gone else m for m in appended]
         writer.append(session, batch)
         appended.extend(batch)
 
@@ -62,6 +69,7 @@ def test_live_follows_writes_by_itself_and_by_others(stores, policy, data):
             live = a.live(session)
             assert [m.id for m in live] == expected
             assert live == cold.live(session) == [m for m in cold.messages(session) if m.live]
+            assert a.view(session, OPENAI_CHAT) == cold.view(session, OPENAI_CHAT)
             check_bookkeeping(a.live_cache)
 
 
@@ -70,7 +78,8 @@ def check_bookkeeping(cache: LiveCache) -> None:
     entries = list(cache._entries.values())
     assert cache.size == sum(e.size for e in entries)
     for entry in entries:
-        assert isinstance(entry, livecache.CachedLive)  # prompts in a framework's objects keep no rows
+        if isinstance(entry, livecache.CachedView):  # prompts in a framework's objects keep no rows
+            continue
         assert entry.size == livecache._size(entry.rows)
         assert entry.shared == [stored_message(r) for r in entry.rows]
         assert [r[0] for r in entry.rows] == sorted({r[0] for r in entry.rows})
@@ -108,7 +117,13 @@ def test_a_read_after_its_own_append_reads_only_the_rows_the_append_wrote(tmp_pa
         assert store.live("s") == live  # nothing written since: no message row is read
         assert reads() == (0, 0)
 
-        other.append("s", turns[35])
+        for turn in turns[35:38]:  # another store's appends: their journal says what to read
+            other.append("s", turn)
+        statements.clear()
+        assert store.live("s") == other.live("s")
+        assert reads() == (0, 0) and sum(" seq > " in s for s in statements) == 2  # the journal, then new rows
+
+        other.rebuild("s")  # not an append: the next read is a full one
         statements.clear()
         assert store.live("s") == other.live("s")
         assert reads() == (1, 0)
@@ -193,25 +208,67 @@ def test_reads_racing_appends_see_one_committed_state(open_store, same_store):
     for turn in turns:
         done[0] += len(turn)
         states[tuple(m.id for m in prune(messages[: done[0]]).live)] = None
-    seen, failures = [], []
+    seen = _read_while_appending(lambda: tuple(m.id for m in reader.live("s")), writer, turns, threads=1)
+    assert seen and all(ids in states for ids in seen)
+    assert reader.live("s") == [m for m in writer.messages("s") if m.live]
 
-    def read() -> None:
+
+@pytest.mark.parametrize("same_store", [True, False], ids=["one-store", "two-stores"])
+def test_views_read_by_threads_racing_appends_are_each_a_committed_state(open_store, same_store):
+    """Two threads read one view while appends go on: each prompt read is the one after some prefix."""
+    reader, oracle = open_store(), open_store(live_cache_bytes=0)
+    writer = reader if same_store else open_store()
+    turns = _agent(25, seed=11)
+    states = {json.dumps([])}
+    for turn in turns:
+        oracle.append("s", turn)
+        states.add(json.dumps(oracle.view("s", OPENAI_CHAT)))
+    seen = _read_while_appending(lambda: json.dumps(reader.view("s", OPENAI_CHAT)), writer, turns, threads=2)
+    assert seen and all(prompt in states for prompt in seen)
+    assert reader.view("s", OPENAI_CHAT) == oracle.view("s", OPENAI_CHAT)
+
+
+def test_a_view_takes_a_patch_only_from_the_state_it_holds(store):
+    """A thread that read an older state than the view holds must not mix its rows in: it is refused."""
+    turns = _agent(6, seed=5)
+    for turn in turns:
+        store.append("s", turn)
+    with store.engine.connect() as conn:
+        rows = [tuple(r) for r in conn.execute(sa.text(f"SELECT {FULL_COLUMNS} FROM prunestore_messages ORDER BY seq"))]
+    whole = View(OPENAI_CHAT, stamp=1)
+    assert whole.apply(rows)
+    view = View(OPENAI_CHAT, stamp=1)
+    assert view.apply(rows[:5])
+    assert view.apply(rows[5:], moves=(1, 2)) and view.stamp == 2
+    assert view.prompt() == whole.prompt()
+    assert view.apply(rows[5:], moves=(1, 2))  # already there: nothing more to do
+    assert not view.apply(rows[:1], moves=(3, 4))  # from a state it does not hold
+    assert view.stamp == 2 and view.prompt() == whole.prompt()
+
+
+def _read_while_appending(read, writer, turns, threads: int) -> list:
+    """What `read()` gave, called over and over by `threads` threads while `writer` appends the turns."""
+    seen: list = []
+    failures: list[Exception] = []
+
+    def reading() -> None:
         while not stop.is_set():
             try:
-                seen.append(tuple(m.id for m in reader.live("s")))
+                seen.append(read())
             except PruneStoreError as exc:  # before the first append commits
                 if "no such session" not in str(exc):
                     failures.append(exc)
 
     stop = threading.Event()
-    thread = threading.Thread(target=read)
-    thread.start()
+    running = [threading.Thread(target=reading) for _ in range(threads)]
+    for thread in running:
+        thread.start()
     try:
         for turn in turns:
             writer.append("s", turn)
     finally:
         stop.set()
-        thread.join()
+        for thread in running:
+            thread.join()
     assert not failures
-    assert seen and all(ids in states for ids in seen)
-    assert reader.live("s") == [m for m in writer.messages("s") if m.live]
+    return seen

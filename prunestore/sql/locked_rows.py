@@ -138,20 +138,32 @@ class LockedRows:
         journal: str | None = None,
         prompt: PromptCounters | None = None,
         totals: Totals | None = None,
+        stamp: int | None = None,
     ) -> None:
         """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
 
-        `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message.
+        `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message,
+        and `stamp` the session's new stamp that it names (None: a new one).
         The token totals follow from what changed, unless given (a rebuild counts them afresh).
         """
         totals = totals or self.session.totals.after(new, changed)
         with self.driver.pipeline():
             self._write_back(
-                new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
+                new,
+                changed,
+                keys,
+                holders_added,
+                holders_removed,
+                current_turn,
+                last_seq,
+                journal,
+                prompt,
+                totals,
+                stamp,
             )
 
     def _write_back(
-        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals
+        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals, stamp
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         held = (prompt or PromptCounters()).held_below
@@ -192,7 +204,7 @@ class LockedRows:
             run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_removed])
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
-        update_session(self.driver, self.session, current_turn, last_seq, prompt, totals)
+        update_session(self.driver, self.session, current_turn, last_seq, prompt, totals, stamp)
 
 
 AHEAD_AT_MOST = 16  # messages an append reads ahead for; a larger batch costs its inserts more than its reads

@@ -57,12 +57,14 @@ def update_session(
     last_seq: int,
     prompt: PromptCounters | None,
     totals: Totals,
+    stamp: int | None = None,
 ) -> None:
     """Write the session's turn, last seq, prompt and token totals with a new stamp, and record them on `session`.
 
-    Every write to a session ends here; a writer reads its new stamp from `session` afterwards.
+    Every write to a session ends here; a writer reads its new stamp from `session` afterwards, or chooses
+    it beforehand (`stamp`: an append names it in its undo journal entry).
     """
-    stamp = new_stamp()
+    stamp = new_stamp() if stamp is None else stamp
     prompt = prompt or PromptCounters()
     params = {
         "sid": session.session_id,

@@ -8,6 +8,11 @@ removed. Taking back every append from seq `since` on then costs what those
 appends wrote, not the session's length. `rebuild` and `fork` write derived
 state without a journal and clear it; a cut before the oldest journaled
 append is recomputed as a batch instead.
+
+Each entry also names the session's stamp before and after its append. A
+store that read the session at one stamp follows the entries from there
+(`changed_since`): when they chain, stamp to stamp, up to the session's
+stamp now, only appends wrote since, and what they changed is known.
 """
 
 from __future__ import annotations
@@ -30,6 +35,9 @@ _LAST_APPEND = Statement(
 _ENTRIES_SINCE = Statement(
     "SELECT undo FROM prunestore_messages WHERE session_id = :sid AND seq >= :since AND undo IS NOT NULL ORDER BY seq"
 )
+_ENTRIES_AFTER = Statement(
+    "SELECT seq, undo FROM prunestore_messages WHERE session_id = :sid AND seq > :seq AND undo IS NOT NULL ORDER BY seq"
+)
 CLEAR_JOURNAL = Statement("UPDATE prunestore_messages SET undo = NULL WHERE session_id = :sid AND undo IS NOT NULL")
 
 
@@ -39,17 +47,19 @@ def journal_entry(
     keys: Iterable[KeyState],
     holders_removed: Iterable[tuple[bytes, int]],
     prompt_before: PromptCounters | None = None,
+    stamps: tuple[int | None, int] | None = None,
 ) -> str:
-    """The undo entry of one append: ``[turn before, messages, keys, holders, prompt totals before]`` as JSON.
+    """The undo entry of one append: ``[turn before, messages, keys, holders, prompt totals before, stamps]``
+    as JSON.
 
     Messages are ``[seq, base, verdict]``, keys ``[key, definer, support,
     kept_refs, evicted_refs]`` (or ``[key]`` for a key the append created),
     holders ``[content hash as hex, seq]``, the prompt totals ``[tokens,
-    pending, events, cursor, comebacks, late joins]`` (left out when all
-    are 0; entries written before the totals existed have four parts and a
+    pending, events, cursor, comebacks, late joins]`` (``[]`` or left out
+    when all are 0; entries written before the totals existed have four parts and a
     key's evicted_refs is then 0; before the cursor, three totals, and the
     cursor is then 0; before the comebacks, four, and the counts are then
-    unknown, None).
+    unknown, None), the stamps ``[before, after]`` (left out by entries written before them).
     """
     messages = []
     for state in changed:
@@ -60,6 +70,8 @@ def journal_entry(
     entry: list = [turn_before, messages, key_rows, holders]
     if prompt_before is not None and prompt_before != PromptCounters():
         entry.append([*prompt_before.values(), prompt_before.cursor, *prompt_before.breaks()])
+    if stamps is not None:
+        entry[4:] = [entry[4] if len(entry) > 4 else [], list(stamps)]
     return json.dumps(entry, separators=(",", ":"))
 
 
@@ -92,6 +104,23 @@ def changed_by_append(driver: Driver, sid: int, last_seq: int) -> set[int] | Non
         return None
     _, entry = row
     return {seq for seq, *_ in json.loads(entry)[1]}
+
+
+def changed_since(driver: Driver, sid: int, seq: int, stamp: int, now: int) -> set[int] | None:
+    """The seqs up to `seq` that the session's appends after `seq` changed, when those appends alone took
+    the session from `stamp` to its stamp `now`; None when anything else wrote in between (a truncate,
+    a rebuild, an erasure, an import) or the journal does not reach."""
+    changed: set[int] = set()
+    entries = driver.all(_ENTRIES_AFTER, {"sid": sid, "seq": seq})
+    if not entries or entries[0][0] != seq + 1:  # the first new row must begin an append
+        return None
+    for _, entry in entries:
+        _, messages, *rest = json.loads(entry)
+        if len(rest) < 4 or rest[3][0] != stamp:
+            return None
+        changed.update(s for s, *_ in messages if s <= seq)
+        stamp = rest[3][1]
+    return changed if stamp == now else None
 
 
 def read_undo(driver: Driver, sid: int, since: int, turn: int) -> Undo:
