@@ -202,8 +202,8 @@ class LiveCache:
                     if cut is not None and isinstance(entry, CachedView):
                         moved["cut"] = cut if entry.cut is None else min(cut, entry.cut)
                     self._entries[name, view] = replace(entry, **moved)  # type: ignore[arg-type]
-                else:  # someone else wrote in between: the entry can never match again
-                    self._drop((name, view))
+                # else someone else wrote in between: the entry stays as it is, for the next read to catch up
+                # through the journal (this write's entry included) or to read again
 
     def forget(self, name: str | None = None) -> None:
         """Drop one session's entries, or (with None) all of them."""
