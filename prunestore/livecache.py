@@ -157,12 +157,11 @@ class LiveCache:
         """The estimated bytes held."""
         return self._size
 
-    def get(self, name: str, session: SessionRow, view: str | None = None, *, stale: bool = False) -> Any:
-        """The cached entry under this name and view, when its key and stamp are those on the row given
-        (with `stale`, whatever its stamp)."""
+    def get(self, name: str, session: SessionRow, view: str | None = None) -> Any:
+        """The cached entry under this name and view, when its key is the row's (its stamp may be older)."""
         with self._lock:
             entry = self._entries.get((name, view))
-            if entry is None or entry.sid != session.session_id or (entry.stamp != session.stamp and not stale):
+            if entry is None or entry.sid != session.session_id:
                 return None
             self._entries.move_to_end((name, view))
             return entry
@@ -231,7 +230,7 @@ def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> l
     if not cache.max_bytes or row.stamp is None:  # no stamp: not written since revision 0003
         return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, {"sid": row.session_id})]
     sid = row.session_id
-    entry = cache.get(name, row) or _caught_up(cache.get(name, row, stale=True), driver, row)
+    entry = _current(cache, driver, name, row)
     if entry is None:
         entry = CachedLive.read(sid, row.stamp, driver.all(LIVE_MESSAGES, {"sid": sid}), row.last_seq)
         cache.put(name, entry)
@@ -245,12 +244,14 @@ def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> l
     return entry.messages()
 
 
-def _caught_up(entry: Any, driver: Driver, row: SessionRow) -> Any:
-    """An entry read at an earlier stamp, moved to the row's when only appends wrote since (their journal
-    says what they changed; the rows after the entry's last seq are new), else None. The rows are read
-    by the caller: the entry's last seq stays, and its pending seqs gain what the appends changed."""
-    if entry is None:
-        return None
+def _current(cache: LiveCache, driver: Driver, name: str, row: SessionRow, view: str | None = None) -> Any:
+    """The cached entry at the row's stamp: as it is, or one read at an earlier stamp moved to the row's
+    when only appends wrote since (their journal says what they changed; the rows after the entry's last
+    seq are new); else None. The rows are read by the caller: the entry's last seq stays, and its pending
+    seqs gain what the appends changed."""
+    entry = cache.get(name, row, view)
+    if entry is None or entry.stamp == row.stamp:
+        return entry
     assert row.stamp is not None
     changed = changed_since(driver, row.session_id, entry.last_seq, entry.stamp, row.stamp)
     if changed is None:
@@ -262,9 +263,7 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
     """The session's prompt in `form`'s objects through the cache, kept and patched like `read_live`'s list."""
     sid, stamp = row.session_id, row.stamp
     cached = cache.max_bytes > 0 and stamp is not None
-    entry = None
-    if cached:
-        entry = cache.get(name, row, form.name) or _caught_up(cache.get(name, row, form.name, stale=True), driver, row)
+    entry = _current(cache, driver, name, row, form.name) if cached else None
     if entry is not None and (entry.pending or entry.cut is not None or entry.last_seq < row.last_seq):
         rows = driver.chunks(ANY_BY_SEQ, {"sid": sid}, "seqs", sorted(entry.pending))
         if entry.last_seq < row.last_seq:
@@ -278,7 +277,8 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
     if entry is None:
         view = View(form, stamp=stamp)
         view.apply(driver.all(ALL_MESSAGES, {"sid": sid}))
-        if stamp is not None and cache.max_bytes > 0:
+        if cached:
+            assert stamp is not None
             cache.put(name, CachedView(sid, stamp, view, view.size, last_seq=row.last_seq, base=stamp), form.name)
         return view.prompt()
     return entry.view.prompt()

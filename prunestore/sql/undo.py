@@ -71,7 +71,9 @@ def journal_entry(
     if prompt_before is not None and prompt_before != PromptCounters():
         entry.append([*prompt_before.values(), prompt_before.cursor, *prompt_before.breaks()])
     if stamps is not None:
-        entry[4:] = [entry[4] if len(entry) > 4 else [], list(stamps)]
+        if len(entry) == 4:
+            entry.append([])  # the totals' place, so that readers find them where they always were
+        entry.append(list(stamps))
     return json.dumps(entry, separators=(",", ":"))
 
 
