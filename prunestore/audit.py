@@ -73,6 +73,7 @@ def compare(
     derived: Sequence[tuple[bytes, str, str, int]],
     key_rows: Iterable[tuple[str, int | None, int, int]],
     holder_rows: Iterable[tuple[bytes, int]],
+    ref_rows: Iterable[tuple[str, int]],
     policy: Policy,
     count: Callable[[StoredMessage], int] | None = None,
 ) -> list[Mismatch]:
@@ -85,8 +86,8 @@ def compare(
     late joins); the last two are None where the session predates them
     and are then not compared. `derived` holds each message's
     stored content hash, effective keys (space-separated defines and refs)
-    and held flag; `key_rows` and `holder_rows` are the session's rows of
-    the key and hash-holder indexes. The cursor is where the last eviction
+    and held flag; `key_rows` `holder_rows` and `ref_rows` are the session's rows of
+    the key, hash-holder and referrer indexes. The cursor is where the last eviction
     walk stopped, not a result: only that the prompt's messages below it are
     held is checked (see `engine.prompt.PromptKeeper`).
     """
@@ -132,4 +133,8 @@ def compare(
     have_holders = {(bytes(h), seq) for h, seq in holder_rows}
     for h, seq in sorted(have_holders ^ expected.hash_holders):
         differ("hash_holder", f"{h.hex()[:12]}@{seq}", (h, seq) in have_holders, (h, seq) in expected.hash_holders)
+    have_refs = {(key, seq) for key, seq in ref_rows}
+    want_refs = {(key, s.seq) for s in expected.states for key in s.refs}
+    for key, seq in sorted(have_refs ^ want_refs):
+        differ("ref", f"{key}@{seq}", (key, seq) in have_refs, (key, seq) in want_refs)
     return out

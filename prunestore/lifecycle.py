@@ -18,7 +18,7 @@ from .errors import SessionExistsError, SessionNotFoundError, no_such_message, s
 from .model import LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
 from .sql.driver import Driver, Statement
-from .sql.locked_rows import LockedRows
+from .sql.locked_rows import LockedRows, write_refs
 from .sql.rows import (
     ALL_MESSAGES,
     AUDIT,
@@ -55,6 +55,7 @@ _TAIL = Statement(
     "ORDER BY seq"
 )
 _DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
+_DELETE_REFS_FROM = Statement("DELETE FROM prunestore_refs WHERE session_id = :sid AND seq >= :since")
 MESSAGE_AT = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 _COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
 _COPY_PREFIX = Statement(
@@ -83,6 +84,7 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
         if (r.content_hash, r.eff_defines, r.eff_refs) != (s.content_hash, join_keys(s.defines), join_keys(s.refs))
     ]
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
+    write_refs(driver, row.session_id, expected.states)
     held = (expected.prompt or PromptCounters()).held_below
     changed = [
         s
@@ -140,7 +142,7 @@ def cut(
     journaled = last_append_at_or_before(driver, sid, cut + 1)
     if journaled is None:
         before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
-        driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})
+        driver.run(_DELETE_FROM, {"sid": sid, "since": cut + 1})  # the rebuild writes the refs again
         rebuild_session(driver, row, policy)
         return delta_between(before, driver.all(VERDICTS_FROM, {"sid": sid, "since": 1}))
     stamp = row.stamp
@@ -154,6 +156,7 @@ def cut(
     if undo.prompt is not None and None in row.prompt.breaks():  # not counted before: a cut does not start it
         undo.prompt.comebacks = undo.prompt.late_joins = None
     driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": m.seq} for m, h in tail])
+    driver.run(_DELETE_REFS_FROM, {"sid": sid, "since": undo.since})
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [m for m, _ in tail if m.seq <= cut]

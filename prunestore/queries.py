@@ -51,7 +51,6 @@ from .sql.rows import (
     history_point,
     message_columns,
     session_summary,
-    split_keys,
     sql_set,
     with_length,
 )
@@ -89,9 +88,11 @@ _DEFINED_KEYS = Statement(
     "SELECT key FROM prunestore_keys WHERE session_id = :sid AND key IN :keys AND definer_seq = :seq "
     "AND support > 0 ORDER BY key"
 )
-_LIVE_REFS = Statement(
-    "SELECT id, eff_refs, base, verdict FROM prunestore_messages WHERE session_id = :sid "
-    f"AND verdict IN {sql_set(REFERRING_VERDICTS)} AND eff_refs <> '' ORDER BY seq"
+# The messages that may count as referring to any of the keys, through the index of who refers to each.
+_REFERRERS = Statement(
+    "SELECT DISTINCT m.seq, m.id, m.base, m.verdict FROM prunestore_refs r JOIN prunestore_messages m "
+    "ON m.session_id = r.session_id AND m.seq = r.seq WHERE r.session_id = :sid AND r.key IN :keys "
+    f"AND m.verdict IN {sql_set(REFERRING_VERDICTS)} ORDER BY m.seq"
 )
 _STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
 _STATS_ONE = Statement(
@@ -113,6 +114,7 @@ _PROMPT_ALL = Statement(
 )
 _OVER_NAMES = Statement("SELECT name FROM prunestore_sessions WHERE prompt_tokens > :budget ORDER BY name LIMIT 20")
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
+_REF_ROWS = Statement("SELECT key, seq FROM prunestore_refs WHERE session_id = :sid")
 
 
 def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Entry:
@@ -296,20 +298,15 @@ def _needed_for(driver: Driver, sid: int, message: StoredMessage) -> tuple[str, 
 def _referrers(
     driver: Driver, sid: int, message: StoredMessage, keys: tuple[str, ...], policy: Policy
 ) -> tuple[str, ...]:
-    """The counting messages that refer to `keys`.
-
-    Reads the refs of the session's counting messages: fine for an
-    operator's question, and kept off the append path.
-    """
-    wanted = set(keys)
-    users = [
+    """The counting messages that refer to `keys`: the rows of those keys in the index of who refers to what."""
+    if not keys:
+        return ()
+    rows = driver.all(_REFERRERS, {"sid": sid, "keys": list(keys)})
+    return tuple(
         id_
-        for id_, refs, base, verdict in driver.all(_LIVE_REFS, {"sid": sid})
-        if id_ != message.id
-        and supports(base, was_restored(base, verdict), policy.transitive)
-        and wanted.intersection(split_keys(refs))
-    ]
-    return tuple(users)
+        for _, id_, base, verdict in rows
+        if id_ != message.id and supports(base, was_restored(base, verdict), policy.transitive)
+    )
 
 
 def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Stats:
@@ -357,6 +354,7 @@ def verify(
         [(r.content_hash, r.eff_defines, r.eff_refs, r.held) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
+        driver.all(_REF_ROWS, {"sid": row.session_id}),
         policy,
         count,
     )

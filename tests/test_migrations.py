@@ -249,3 +249,44 @@ def test_sessions_from_before_0013_have_no_count_of_comebacks_until_rebuilt(stor
         report = store.verify()
         found = [(m.session, m.what, m.subject) for m in report.mismatches]
         assert found == [("s", "session", "comebacks, late joins")]
+
+
+def test_a_store_from_before_0015_gets_its_index_of_who_refers_to_each_key(store_url, backend):
+    from conftest import PARTITIONS
+
+    # Facts that expire at once, some referred to again: those come back as restored, needed by the referrer.
+    batches = [
+        [Message(m.id, m.role, m.content, m.turn, expires_after_turn=m.turn if m.id[0] == "f" else None) for m in b]
+        for b in _facts(range(1, 16))
+    ]
+    with PruneStore(store_url) as store:
+        for name in ("s", "t"):
+            for batch in batches:
+                store.append(name, batch)
+        before = {m.id: store.explain("s", m.id) for m in store.messages("s")}
+    needed = {id_: e.needed_by for id_, e in before.items() if e.needed_by}
+    assert needed == {f"f{t - 6}": (f"r{t}",) for t in range(9, 16, 3)}  # r6 refers to k0, defined nowhere
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0014")
+        assert "prunestore_refs" not in tables(engine)
+        db.upgrade(engine)
+        with engine.connect() as conn:
+            copied = conn.execute(sa.text("SELECT count(*) FROM prunestore_refs")).scalar()
+            if backend == "partitioned":  # made like the tables beside it
+                count = conn.execute(
+                    sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('prunestore_refs')")
+                ).scalar()
+                assert count == PARTITIONS
+    finally:
+        engine.dispose()
+    assert copied == 2 * 4  # r6, r9, r12 and r15 in each session
+    with PruneStore(store_url) as store:
+        assert store.verify().ok
+        assert {m.id: store.explain("s", m.id) for m in store.messages("s")} == before
+        store.append("s", Message("r99", "user", "again REF:k1", 20))
+        assert store.explain("s", "f1").needed_by == ("r99",) and store.verify().ok
+        with store.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM prunestore_refs WHERE seq = (SELECT max(seq) FROM prunestore_refs)"))
+        found = [(m.what, m.subject) for m in store.verify().mismatches]
+        assert found == [("ref", f"k1@{store.messages('s', ['r99'])[0].seq}")]

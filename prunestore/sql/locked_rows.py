@@ -25,6 +25,7 @@ from .rows import (
     HELD_AFTER,
     INSERT_HOLDER,
     INSERT_MESSAGE,
+    INSERT_REF,
     KEYS_BY_NAME,
     KEYS_WITH_DEFINERS,
     LAST_TIME,
@@ -177,6 +178,7 @@ class LockedRows:
                     for i, s in enumerate(new)
                 ],
             )
+            write_refs(self.driver, sid, new)
         if changed:
             run_many(
                 UPDATE_VERDICT,
@@ -205,6 +207,13 @@ class LockedRows:
         if holders_added:
             run_many(INSERT_HOLDER, [{"sid": sid, "content_hash": h, "seq": seq} for h, seq in holders_added])
         update_session(self.driver, self.session, current_turn, last_seq, prompt, totals, stamp)
+
+
+def write_refs(driver: Driver, sid: int, states: Iterable[MsgState]) -> None:
+    """The rows of the index of who refers to each key, for these messages as they are stored."""
+    rows = [{"sid": sid, "key": key, "seq": s.seq} for s in states for key in s.refs]
+    if rows:
+        driver.run_many(INSERT_REF, rows)
 
 
 AHEAD_AT_MOST = 16  # messages an append reads ahead for; a larger batch costs its inserts more than its reads

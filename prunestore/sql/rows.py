@@ -205,6 +205,7 @@ INSERT_HOLDER = Statement(
 DELETE_HOLDER = Statement(
     "DELETE FROM prunestore_hash_holders WHERE session_id = :sid AND content_hash = :content_hash AND seq = :seq"
 )
+INSERT_REF = Statement("INSERT INTO prunestore_refs (session_id, key, seq) VALUES (:sid, :key, :seq)")
 DELETE_KEY = Statement("DELETE FROM prunestore_keys WHERE session_id = :sid AND key = :key")
 
 # -- values in and out of rows ------------------------------------------

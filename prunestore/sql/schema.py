@@ -135,6 +135,17 @@ HASH_HOLDERS = sa.Table(
     sqlite_with_rowid=False,
 )
 
+# Who refers to each key: one row per (key, message) of a message's effective refs, written with the
+# message. What `explain` reads to name the messages a restored definer is needed by.
+REFS = sa.Table(
+    "prunestore_refs",
+    metadata,
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
+    sa.Column("key", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sqlite_with_rowid=False,
+)
+
 KEYS = sa.Table(
     "prunestore_keys",
     metadata,
