@@ -318,8 +318,9 @@ class SessionSummary:
 class Entry:
     """A message of a window of the session, with why it has its verdict.
 
-    The explanation's `needed_by` is left empty: finding the referrers reads
-    the session's references, which `PruneStore.explain` does for one message.
+    The explanation's `needed_by` is left empty: finding the referrers is a
+    read of the index of who refers to each key, which `PruneStore.explain`
+    does for one message.
     `content_chars` is the length of the whole content: a window read with
     `text_chars` holds only the first characters of each message.
     """

@@ -18,7 +18,13 @@ import sqlalchemy as sa
 from prunestore import Message, Policy, PruneStore
 from prunestore.sql import db
 
-PER_SESSION = ("prunestore_sessions", "prunestore_messages", "prunestore_hash_holders", "prunestore_keys")
+PER_SESSION = (
+    "prunestore_sessions",
+    "prunestore_messages",
+    "prunestore_hash_holders",
+    "prunestore_keys",
+    "prunestore_refs",
+)
 _TABLE = re.compile(
     r"\b(FROM|JOIN|INTO|UPDATE)\s+(" + "|".join(PER_SESSION) + r")\b(?:\s+(?:AS\s+)?(?!(?:WHERE|ON|SET|LEFT|JOIN|"
     r"ORDER|GROUP|LIMIT|FOR|USING|VALUES|SELECT|RETURNING)\b)(\w+))?",
