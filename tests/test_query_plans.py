@@ -128,3 +128,20 @@ def test_pages_of_session_names_read_the_name_index(store, recorded):
     store.summaries("user-2", limit=5)
     store.session_count("user-2")
     assert_plans_use_indexes(store, recorded, at_least=4)  # a page after a name is the first page's statement
+
+
+def test_explaining_a_restored_message_reads_the_index_of_who_refers_to_its_keys(store, recorded):
+    """Who needs a restored message is read from the rows of its keys, never from the session's references."""
+    for turn in range(30):
+        store.append(
+            "s",
+            [
+                M(f"f{turn}", "user", f"fact {turn} DEFINE:k{turn}", turn, expires_after_turn=turn),
+                M(f"r{turn}", "user", f"as said REF:k{turn - 5}" if turn % 5 == 0 else "ok", turn),
+            ],
+        )
+    recorded.clear()
+    explanation = store.explain("s", "f20")
+    assert explanation.verdict == "restored" and explanation.needed_by == ("r25",)
+    assert any("prunestore_refs" in text for text in recorded)
+    assert_plans_use_indexes(store, recorded, at_least=3)
