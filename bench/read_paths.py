@@ -3,7 +3,7 @@
 One session per size, appended 100 messages at a time: each turn a fact
 (``DEFINE``, expiring at once), a tool output that the next call of the same
 tool supersedes, and chatter; every tenth turn refers back to the fact of
-300 turns before, which comes back restored. The policy's budget keeps the
+100 turns before, which comes back restored. The policy's budget keeps the
 prompt near the same size at every length, so a read that costs what it
 returns is flat. Alternated, so that every size sees the same machine, it
 times (median of ``--rounds``, ms):
@@ -47,7 +47,7 @@ def turn_messages(t: int) -> list[Message]:
         Message(f"t{t}", "tool_output", f"result {t} " + "data " * 30, t, tool_key=f"tool{t % 3}"),
         Message(f"a{t}", "assistant", f"answer {t} " + "text " * 20, t),
     ]
-    out.append(Message(f"r{t}", "user", f"as said REF:k{t - 300}" if t % 10 == 0 and t > 300 else f"ok {t}", t))
+    out.append(Message(f"r{t}", "user", f"as said REF:k{t - 100}" if t % 10 == 0 and t > 100 else f"ok {t}", t))
     return out
 
 

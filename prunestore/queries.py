@@ -89,9 +89,11 @@ _DEFINED_KEYS = Statement(
     "AND support > 0 ORDER BY key"
 )
 # The messages that may count as referring to any of the keys, through the index of who refers to each.
+# CROSS JOIN makes SQLite read the index first (its planner would walk the session's messages and probe
+# the index for each); PostgreSQL plans it as the inner join it is.
 _REFERRERS = Statement(
-    "SELECT DISTINCT m.seq, m.id, m.base, m.verdict FROM prunestore_refs r JOIN prunestore_messages m "
-    "ON m.session_id = r.session_id AND m.seq = r.seq WHERE r.session_id = :sid AND r.key IN :keys "
+    "SELECT DISTINCT m.seq, m.id, m.base, m.verdict FROM prunestore_refs r CROSS JOIN prunestore_messages m "
+    "WHERE m.session_id = r.session_id AND m.seq = r.seq AND r.session_id = :sid AND r.key IN :keys "
     f"AND m.verdict IN {sql_set(REFERRING_VERDICTS)} ORDER BY m.seq"
 )
 _STATS_ALL = Statement("SELECT verdict, count(*), coalesce(sum(tokens), 0) FROM prunestore_messages GROUP BY verdict")
