@@ -1,8 +1,8 @@
 """What an operator's and a client's reads of one session cost as the session grows, under a budget.
 
 One session per size, appended 100 messages at a time: each turn a fact
-(``DEFINE``, expiring at once), a tool output that the next call of the same
-tool supersedes, and chatter; every tenth turn refers back to the fact of
+(``DEFINE``, expiring at once), a Chat Completions tool call and its result,
+which the next call of the same tool supersedes, and chatter; every tenth turn refers back to the fact of
 100 turns before, which comes back restored. The policy's budget keeps the
 prompt near the same size at every length, so a read that costs what it
 returns is flat. Alternated, so that every size sees the same machine, it
@@ -41,10 +41,14 @@ PER_TURN = 5
 
 def turn_messages(t: int) -> list[Message]:
     """One turn of the session (see the module docstring)."""
+    call = {"id": f"call_{t}", "type": "function", "function": {"name": f"tool{t % 3}", "arguments": "{}"}}
+    made = {"role": "assistant", "content": None, "tool_calls": [call]}
+    result = f"result {t} " + "data " * 30
+    answer = {"role": "tool", "tool_call_id": f"call_{t}", "content": result}
     out = [
         Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t, expires_after_turn=t),
-        Message(f"c{t}", "assistant", f"call {t} " + "args " * 5, t),
-        Message(f"t{t}", "tool_output", f"result {t} " + "data " * 30, t, tool_key=f"tool{t % 3}"),
+        Message(f"c{t}", "assistant", f"call {t} " + "args " * 5, t, metadata={"openai": made}),
+        Message(f"t{t}", "tool_output", result, t, tool_key=f"tool{t % 3}", metadata={"openai": answer}),
         Message(f"a{t}", "assistant", f"answer {t} " + "text " * 20, t),
     ]
     out.append(Message(f"r{t}", "user", f"as said REF:k{t - 100}" if t % 10 == 0 and t > 100 else f"ok {t}", t))

@@ -24,6 +24,7 @@ from .engine.state import KeyState, MsgState, NoRows, Totals, new_state
 from .model import Policy, StoredMessage
 from .prune import prune
 from .results import Mismatch
+from .sql.calls import call_ids
 
 
 @dataclass
@@ -74,6 +75,7 @@ def compare(
     key_rows: Iterable[tuple[str, int | None, int, int]],
     holder_rows: Iterable[tuple[bytes, int]],
     ref_rows: Iterable[tuple[str, int]],
+    call_rows: Iterable[tuple[str, int]],
     policy: Policy,
     count: Callable[[StoredMessage], int] | None = None,
 ) -> list[Mismatch]:
@@ -86,8 +88,8 @@ def compare(
     late joins); the last two are None where the session predates them
     and are then not compared. `derived` holds each message's
     stored content hash, effective keys (space-separated defines and refs)
-    and held flag; `key_rows` `holder_rows` and `ref_rows` are the session's rows of
-    the key, hash-holder and referrer indexes. The cursor is where the last eviction
+    and held flag; `key_rows` `holder_rows` `ref_rows` and `call_rows` are the session's
+    rows of the key, hash-holder, referrer and call indexes. The cursor is where the last eviction
     walk stopped, not a result: only that the prompt's messages below it are
     held is checked (see `engine.prompt.PromptKeeper`).
     """
@@ -137,4 +139,8 @@ def compare(
     want_refs = {(key, s.seq) for s in expected.states for key in s.refs}
     for key, seq in sorted(have_refs ^ want_refs):
         differ("ref", f"{key}@{seq}", (key, seq) in have_refs, (key, seq) in want_refs)
+    have_calls = {(call, seq) for call, seq in call_rows}
+    want_calls = {(call, m.seq) for m in stored for call in call_ids(m.metadata)}
+    for call, seq in sorted(have_calls ^ want_calls):
+        differ("call", f"{call}@{seq}", (call, seq) in have_calls, (call, seq) in want_calls)
     return out

@@ -17,6 +17,7 @@ from .engine.state import Totals, new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
 from .model import LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
+from .sql.calls import write_calls
 from .sql.driver import Driver, Statement
 from .sql.locked_rows import LockedRows, write_refs
 from .sql.rows import (
@@ -55,7 +56,10 @@ _TAIL = Statement(
     "ORDER BY seq"
 )
 _DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
-_DELETE_REFS_FROM = Statement("DELETE FROM prunestore_refs WHERE session_id = :sid AND seq >= :since")
+_DELETE_INDEXES_FROM = [
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid AND seq >= :since")
+    for table in ("prunestore_refs", "prunestore_calls")
+]
 MESSAGE_AT = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 _COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
 _COPY_PREFIX = Statement(
@@ -85,6 +89,7 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     ]
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     write_refs(driver, row.session_id, expected.states)
+    write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
     held = (expected.prompt or PromptCounters()).held_below
     changed = [
         s
@@ -156,7 +161,8 @@ def cut(
     if undo.prompt is not None and None in row.prompt.breaks():  # not counted before: a cut does not start it
         undo.prompt.comebacks = undo.prompt.late_joins = None
     driver.run_many(DELETE_HOLDER, [{"sid": sid, "content_hash": h, "seq": m.seq} for m, h in tail])
-    driver.run(_DELETE_REFS_FROM, {"sid": sid, "since": undo.since})
+    for statement in _DELETE_INDEXES_FROM:
+        driver.run(statement, {"sid": sid, "since": undo.since})
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [m for m, _ in tail if m.seq <= cut]

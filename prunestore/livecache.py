@@ -31,6 +31,7 @@ from typing import Any
 
 from .errors import PruneStoreError, shorten
 from .model import StoredMessage
+from .sql.calls import prompt_rows
 from .sql.driver import Driver, Statement
 from .sql.rows import (
     ALL_MESSAGES,
@@ -41,12 +42,13 @@ from .sql.rows import (
     LIVE_MESSAGES,
     SessionRow,
     content_column,
+    live_params,
     metadata_column,
     seq_column,
     stored_message,
 )
 from .sql.undo import changed_since
-from .views import CachedView, Form, Prompt, View
+from .views import CachedView, Form, Prompt, View, view_links
 
 # The rows after a seq: what another writer's appends added since an entry was read.
 _MESSAGES_AFTER = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq > :seq")
@@ -228,11 +230,11 @@ class LiveCache:
 def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> list[StoredMessage]:
     """The session's live messages through the cache: kept, patched from the rows an own append wrote, or read."""
     if not cache.max_bytes or row.stamp is None:  # no stamp: not written since revision 0003
-        return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, {"sid": row.session_id})]
+        return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, live_params(row))]
     sid = row.session_id
     entry = _current(cache, driver, name, row)
     if entry is None:
-        entry = CachedLive.read(sid, row.stamp, driver.all(LIVE_MESSAGES, {"sid": sid}), row.last_seq)
+        entry = CachedLive.read(sid, row.stamp, driver.all(LIVE_MESSAGES, live_params(row)), row.last_seq)
         cache.put(name, entry)
         return entry.messages()
     if entry.pending or entry.last_seq < row.last_seq:
@@ -276,7 +278,10 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
             entry = None
     if entry is None:
         view = View(form, stamp=stamp)
-        view.apply(driver.all(ALL_MESSAGES, {"sid": sid}))
+        rows = prompt_rows(driver, row, view_links(form)) if getattr(form, "indexed", False) else None
+        view.apply(rows if rows is not None else driver.all(ALL_MESSAGES, {"sid": sid}))
+        if rows is not None:
+            view.known = {seq_column(r) for r in rows}
         if cached:
             assert stamp is not None
             cache.put(name, CachedView(sid, stamp, view, view.size, last_seq=row.last_seq, base=stamp), form.name)

@@ -39,6 +39,7 @@ from .results import (
     VerifyReport,
     Window,
 )
+from .sql.calls import CALL_ROWS
 from .sql.driver import Driver, Statement
 from .sql.rows import (
     AUDIT,
@@ -357,6 +358,7 @@ def verify(
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
         driver.all(_REF_ROWS, {"sid": row.session_id}),
+        driver.all(CALL_ROWS, {"sid": row.session_id}),
         policy,
         count,
     )

@@ -13,13 +13,14 @@ from typing import TYPE_CHECKING
 from . import catalog, queries, recall, whatif
 from .appending import Options, check_ids, check_session_name
 from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
-from .formats import Dropped, Format, Rendered, render
+from .formats import Dropped, Format, Rendered, render_links, render_prompt
 from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
 from .prices import Prices, chosen_prices
 from .results import Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .sql import db
+from .sql.calls import prompt_rows
 from .sql.driver import Driver
 from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
 from .sql.sessions import find_session
@@ -108,7 +109,12 @@ class StoreReads:
         `format` is "openai", "anthropic" or "text"; `dropped` is "omit" or
         "placeholder" (a pruned tool result keeps its call and says why it is gone).
         """
-        return render(self.messages(session), format, dropped)
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            row = self._session(driver, session)
+            rows = prompt_rows(driver, row, render_links)
+            if rows is None:
+                rows = driver.all(ALL_MESSAGES, {"sid": row.session_id})
+        return render_prompt([stored_message(r) for r in rows], format, dropped, (row.last_seq, row.totals.tokens))
 
     def sessions(
         self,

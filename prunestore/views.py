@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -55,6 +55,9 @@ class Form(Protocol):
     """A framework's objects, as a `View` needs them."""
 
     name: str  # names the view in the store's cache
+    # A form may say ``indexed = True`` when every call id its `unit` reads is one the store's index of
+    # calls finds in the metadata (`prunestore.sql.calls.call_ids`): a fresh view then reads only the
+    # messages that decide the prompt, not the session. Without it, a fresh view reads every message.
 
     def unit(self, message: StoredMessage) -> Unit:
         """The framework's object for a stored message, with the call ids it makes or answers."""
@@ -93,6 +96,9 @@ class View:
     size: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
     stamp: int | None = None
+    # Seqs of the messages read, when the view was built from the rows that decide the prompt
+    # (`prunestore.sql.calls`) rather than from every message: a patch it cannot take exactly is refused.
+    known: set[int] | None = None
 
     def apply(
         self, rows: Iterable[tuple], cut: int | None = None, moves: tuple[int | None, int | None] | None = None
@@ -108,12 +114,16 @@ class View:
                     return True
                 if self.stamp != moves[0]:
                     return False
+            rows = sorted(rows, key=seq_column)
+            if self.known is not None and not self._can_take(rows, cut):
+                return False
+            if moves is not None:
                 self.stamp = moves[1]
             if cut is not None:
                 self._cut(cut)
             sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
             dirty: set[int] = set()
-            for row in sorted(rows, key=seq_column):
+            for row in rows:
                 message = stored_message(row)
                 seq, live = message.seq, message.live
                 if message.verdict == PENDING:
@@ -138,6 +148,28 @@ class View:
             self._lead(dirty)
         return True
 
+    def _can_take(self, rows: list[tuple], cut: int | None) -> bool:
+        """Whether a view built from some of the messages takes `rows` as one built from all would: not
+        after a cut (the conversation's last step may be a message it never read), nor an old message it
+        never read that makes or answers calls, nor a new result of a call it knows no message of."""
+        if cut is not None or self.known is None:
+            return cut is None
+        made: set[str] = set()  # calls made by the new rows, which their results after them answer
+        for row in rows:
+            seq, unit = seq_column(row), self.form.unit(stored_message(row))
+            if seq <= self.last_seq and seq not in self.known and (unit.calls or unit.answers is not None):
+                return False
+            if seq > self.last_seq:
+                if (
+                    unit.answers is not None
+                    and not unit.calls
+                    and unit.answers not in self.latest
+                    and unit.answers not in made
+                ):
+                    return False
+                made.update(unit.calls)
+        return True
+
     def _register(self, seq: int, unit: Unit | None, text_size: int) -> Iterable[int]:
         """Index a message new to the view: the calls it makes, or which caller it answers.
 
@@ -145,6 +177,8 @@ class View:
         """
         assert unit is not None
         self.last_seq = seq
+        if self.known is not None:
+            self.known.add(seq)
         self.size += text_size + _ITEM_OVERHEAD
         callers = self.latest.get(unit.answers) if unit.answers is not None and not unit.calls else None
         if callers:  # a result whose call the session does not hold is an ordinary message
@@ -271,6 +305,17 @@ class Prompt(list):
 
     __slots__ = ("stable",)
     stable: int
+
+
+def view_links(form: Form) -> Callable[[StoredMessage], tuple[list[str | None], bool]]:
+    """What `prunestore.sql.calls.prompt_rows` asks of a message, as `form` reads it."""
+
+    def links(message: StoredMessage) -> tuple[list[str | None], bool]:
+        unit = form.unit(message)
+        answers = unit.answers is not None and not unit.calls
+        return [*unit.calls, *([unit.answers] if unit.answers is not None else [])], answers
+
+    return links
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,9 +251,25 @@ def test_sessions_from_before_0013_have_no_count_of_comebacks_until_rebuilt(stor
         assert found == [("s", "session", "comebacks, late joins")]
 
 
-def test_a_store_from_before_0015_gets_its_index_of_who_refers_to_each_key(store_url, backend):
+def _upgraded_to_fill(store_url: str, backend: str, below: str, table: str) -> int:
+    """Take the store back to revision `below`, which has no `table`, and up again: the rows the upgrade wrote."""
     from conftest import PARTITIONS
 
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, below)
+        assert table not in tables(engine)
+        db.upgrade(engine)
+        with engine.connect() as conn:
+            if backend == "partitioned":  # made like the tables beside it
+                inherits = sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:table)")
+                assert conn.execute(inherits, {"table": table}).scalar() == PARTITIONS
+            return conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
+    finally:
+        engine.dispose()
+
+
+def test_a_store_from_before_0015_gets_its_index_of_who_refers_to_each_key(store_url, backend):
     # Facts that expire at once, some referred to again: those come back as restored, needed by the referrer.
     batches = [
         [Message(m.id, m.role, m.content, m.turn, expires_after_turn=m.turn if m.id[0] == "f" else None) for m in b]
@@ -266,20 +282,7 @@ def test_a_store_from_before_0015_gets_its_index_of_who_refers_to_each_key(store
         before = {m.id: store.explain("s", m.id) for m in store.messages("s")}
     needed = {id_: e.needed_by for id_, e in before.items() if e.needed_by}
     assert needed == {f"f{t - 6}": (f"r{t}",) for t in range(9, 16, 3)}  # r6 refers to k0, defined nowhere
-    engine = db.make_engine(store_url)
-    try:
-        db.downgrade(engine, "0014")
-        assert "prunestore_refs" not in tables(engine)
-        db.upgrade(engine)
-        with engine.connect() as conn:
-            copied = conn.execute(sa.text("SELECT count(*) FROM prunestore_refs")).scalar()
-            if backend == "partitioned":  # made like the tables beside it
-                count = conn.execute(
-                    sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass('prunestore_refs')")
-                ).scalar()
-                assert count == PARTITIONS
-    finally:
-        engine.dispose()
+    copied = _upgraded_to_fill(store_url, backend, "0014", "prunestore_refs")
     assert copied == 2 * 4  # r6, r9, r12 and r15 in each session
     with PruneStore(store_url) as store:
         assert store.verify().ok
@@ -290,3 +293,39 @@ def test_a_store_from_before_0015_gets_its_index_of_who_refers_to_each_key(store
             conn.execute(sa.text("DELETE FROM prunestore_refs WHERE seq = (SELECT max(seq) FROM prunestore_refs)"))
         found = [(m.what, m.subject) for m in store.verify().mismatches]
         assert found == [("ref", f"k1@{store.messages('s', ['r99'])[0].seq}")]
+
+
+_WEATHER = [
+    {"role": "user", "content": "Weather in Oslo?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_1", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}]},
+    {"role": "tool", "tool_call_id": "call_1", "content": "Rain."},
+    {"role": "user", "content": "And now?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"id": "call_2", "type": "function", "function": {"name": "weather", "arguments": '{"city":"Oslo"}'}}]},
+    {"role": "tool", "tool_call_id": "call_2", "content": "Sun."},
+    {"role": "user", "content": "Thanks."},
+]  # fmt: skip
+
+
+def test_a_store_from_before_0016_gets_its_index_of_calls(store_url, backend):
+    from prunestore.formats import from_openai
+    from prunestore.integrations.openai_chat import OPENAI_CHAT
+
+    with PruneStore(store_url) as store:
+        for name in ("s", "t"):
+            store.append(name, from_openai(_WEATHER))
+        assert [m.verdict for m in store.messages("s")][2] == "superseded"  # Rain. goes, and with it call_1
+        before = [store.render("s", dropped=d) for d in ("omit", "placeholder")], store.view("s", OPENAI_CHAT)
+    copied = _upgraded_to_fill(store_url, backend, "0015", "prunestore_calls")
+    assert copied == 2 * 4  # each call made and answered, in each session
+    with PruneStore(store_url) as store:
+        assert store.verify().ok
+        assert ([store.render("s", dropped=d) for d in ("omit", "placeholder")], store.view("s", OPENAI_CHAT)) == before
+        assert "superseded" in str(before[0][1].messages)
+        with store.engine.begin() as conn:  # without its rows, the pruned result is not read: no reason given
+            conn.execute(sa.text("DELETE FROM prunestore_calls WHERE call_id = 'call_1'"))
+        assert "superseded" not in str(store.render("t", dropped="placeholder").messages)
+        found = sorted((m.session, m.what, m.subject) for m in store.verify().mismatches)
+        seqs = [m.seq for m in store.messages("s", ["m1", "call_1"])]
+        assert found == sorted((s, "call", f"call_1@{seq}") for s in ("s", "t") for seq in seqs)

@@ -24,6 +24,7 @@ PER_SESSION = (
     "prunestore_hash_holders",
     "prunestore_keys",
     "prunestore_refs",
+    "prunestore_calls",
 )
 _TABLE = re.compile(
     r"\b(FROM|JOIN|INTO|UPDATE)\s+(" + "|".join(PER_SESSION) + r")\b(?:\s+(?:AS\s+)?(?!(?:WHERE|ON|SET|LEFT|JOIN|"

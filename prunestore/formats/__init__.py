@@ -27,7 +27,7 @@ from ..model import StoredMessage
 from ..text import count_tokens
 from .anthropic import from_anthropic, to_anthropic
 from .openai import from_openai, to_openai
-from .plan import DROPPED_MODES, Rendered, RenderReport, plan_prompt, to_text
+from .plan import DROPPED_MODES, Rendered, RenderReport, item_of, plan_prompt, to_text
 from .transcripts import Continuation, ToolResult, openai_calls, tool_key
 
 __all__ = [
@@ -52,6 +52,21 @@ FORMATS: tuple[str, ...] = get_args(Format)
 
 def render(stored: Sequence[StoredMessage], format: Format = "openai", dropped: Dropped = "omit") -> Rendered:
     """The live messages of a session as a prompt `format` accepts (see the module docstring)."""
+    return render_prompt(stored, format, dropped, (len(stored), sum(m.tokens for m in stored)))
+
+
+def render_links(message: StoredMessage) -> tuple[list[str | None], bool]:
+    """The call ids a message makes or answers as rendering reads them, and whether it only answers one
+    (see `prunestore.sql.calls`)."""
+    item = item_of(message)
+    answers = item.role == "tool" and item.call_id is not None
+    return [call.id for call in item.calls] + ([item.call_id] if answers else []), answers
+
+
+def render_prompt(
+    stored: Sequence[StoredMessage], format: Format, dropped: Dropped, session: tuple[int, int]
+) -> Rendered:
+    """`render`, of the messages that decide the prompt of a session of `session` (messages, tokens)."""
     if format not in FORMATS:
         raise InvalidMessageError(f"format={shorten(format)}: must be one of {', '.join(FORMATS)}")
     if dropped not in DROPPED_MODES:
@@ -68,9 +83,9 @@ def render(stored: Sequence[StoredMessage], format: Format = "openai", dropped: 
     else:
         messages, text = [], to_text(plan)
     report = RenderReport(
-        messages_in=len(stored),
+        messages_in=session[0],
         messages_out=len(messages) if format != "text" else len(sent),
-        tokens_in=sum(m.tokens for m in stored),
+        tokens_in=session[1],
         tokens_out=tokens_out,
         calls_removed=removed,
         placeholders=placeholders,

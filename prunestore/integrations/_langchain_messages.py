@@ -125,6 +125,7 @@ class _LangChainForm:
     """LangChain messages as a `views.View` sends them."""
 
     name = "langchain"
+    indexed = True  # its call ids are among those `prunestore.sql.calls.call_ids` finds in the metadata
 
     def unit(self, message: StoredMessage) -> Unit:
         data = (message.metadata or {}).get("langchain")

@@ -148,6 +148,7 @@ class _ResponsesItems:
     """Responses input items as a `views.View` sends them: each call is an item of its own."""
 
     name = "openai-agents"
+    indexed = True  # its call ids are among those `prunestore.sql.calls.call_ids` finds in the metadata
 
     def unit(self, message: StoredMessage) -> Unit:
         item = freeze(item_of(message))

@@ -239,6 +239,7 @@ class _AnthropicMessages:
     """Messages API messages as a `views.View` sends them: one item per stored message."""
 
     name = "anthropic-messages"
+    indexed = True  # its call ids are among those `prunestore.sql.calls.call_ids` finds in the metadata
 
     def unit(self, message: StoredMessage) -> Unit:
         original = freeze((message.metadata or {}).get("anthropic"))  # shared by every caller: read-only

@@ -108,6 +108,7 @@ class _OpenAIChat:
     """Chat Completions messages as a `views.View` sends them."""
 
     name = "openai-chat"
+    indexed = True  # its call ids are among those `prunestore.sql.calls.call_ids` finds in the metadata
 
     def unit(self, message: StoredMessage) -> Unit:
         original = freeze((message.metadata or {}).get("openai"))  # shared by every caller: read-only

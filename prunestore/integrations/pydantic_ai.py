@@ -318,6 +318,7 @@ class _PydanticAIForm:
     """Pydantic AI messages as a `views.View` sends them: a response, or one piece of a request."""
 
     name = "pydantic-ai"
+    indexed = True  # its call ids are among those `prunestore.sql.calls.call_ids` finds in the metadata
 
     def unit(self, stored: StoredMessage) -> Unit:
         metadata = stored.metadata or {}

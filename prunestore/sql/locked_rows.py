@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 from ..engine.prompt import PromptCounters
 from ..engine.state import KeyState, MsgState, Totals
+from .calls import write_calls
 from .driver import Driver
 from .rows import (
     DELETE_HOLDER,
@@ -179,6 +180,7 @@ class LockedRows:
                 ],
             )
             write_refs(self.driver, sid, new)
+            write_calls(self.driver, sid, [(s.seq, s.message.metadata) for s in new if s.message is not None])
         if changed:
             run_many(
                 UPDATE_VERDICT,

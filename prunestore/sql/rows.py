@@ -139,8 +139,14 @@ KEYS_BY_NAME = Statement(
     "AND key IN :keys"
 )
 # What the store reads of a session's messages: the prompt (all of it, or some seqs of it) and every message.
+# The prompt's messages in order (`live_params` gives the parameters): below the session's cursor the held
+# ones, through their partial index, and every row from it on, so the read costs about what the prompt
+# spans, not the session's length (see `engine.prompt`).
 LIVE_MESSAGES = Statement(
-    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND {IN_PROMPT} ORDER BY seq"
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND held = 1 AND seq < :cursor "
+    f"AND {IN_PROMPT} UNION ALL "
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq >= :cursor AND {IN_PROMPT} "
+    "ORDER BY seq"
 )
 LIVE_BY_SEQ = Statement(
     f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs AND {IN_PROMPT}"
@@ -445,3 +451,8 @@ DEFINERS = Statement(
     f"SELECT k.key, {message_columns('m')} FROM prunestore_keys k JOIN prunestore_messages m "
     "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
 )
+
+
+def live_params(row: SessionRow) -> dict[str, int]:
+    """The parameters of `LIVE_MESSAGES` for the session of `row`."""
+    return {"sid": row.session_id, "cursor": row.prompt.cursor}

@@ -146,6 +146,17 @@ REFS = sa.Table(
     sqlite_with_rowid=False,
 )
 
+# The tool calls each message makes or answers, by call id, as its provider metadata names them: one row
+# per (call id, message), written with the message. What a prompt is read through without the session.
+CALLS = sa.Table(
+    "prunestore_calls",
+    metadata,
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
+    sa.Column("call_id", sa.Text, primary_key=True),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sqlite_with_rowid=False,
+)
+
 KEYS = sa.Table(
     "prunestore_keys",
     metadata,

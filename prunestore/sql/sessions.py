@@ -200,7 +200,7 @@ class SessionState:
 # The rows a session derives from its messages, and then the rest of its rows, its own row last.
 DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_refs")
+    for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_refs", "prunestore_calls")
 ]
 _DELETE_SESSION = DELETE_DERIVED + [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
