@@ -28,13 +28,13 @@ from .sql.rows import (
     SessionRow,
     audited,
     hashed,
-    join_keys,
     stored_message,
     verdict_row,
 )
 from .sql.schema import MESSAGES
 from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
 from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
+from .sql.values import join_keys
 
 _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "

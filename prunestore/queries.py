@@ -59,7 +59,7 @@ from .sql.undo import changed_by_append
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # The length of the text as given, and the text's first characters (twice as many: an escaped text may be
-# longer). PostgreSQL: each escape of a NUL-escaped text (`sql.rows.encode_content`) is one character.
+# longer). PostgreSQL: each escape of a NUL-escaped text (`sql.values.encode_content`) is one character.
 # SQLite: length() and substr() stop at a NUL, so a text holding one is read whole and measured here (-1).
 _LENGTH = {
     True: "length(CASE WHEN content_escaped = 1 THEN replace(replace(content, '\\\\', 'x'), '\\0', 'y') "

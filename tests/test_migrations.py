@@ -264,7 +264,7 @@ def _upgraded_to_fill(store_url: str, backend: str, below: str, table: str) -> i
             if backend == "partitioned":  # made like the tables beside it
                 inherits = sa.text("SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(:table)")
                 assert conn.execute(inherits, {"table": table}).scalar() == PARTITIONS
-            return conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar()
+            return int(conn.execute(sa.text(f"SELECT count(*) FROM {table}")).scalar_one())
     finally:
         engine.dispose()
 

@@ -38,15 +38,14 @@ from .rows import (
     UPDATE_VERDICT,
     UPSERT_KEY,
     SessionRow,
-    encode_content,
     first_value,
-    join_keys,
     key_state,
     key_with_definer,
     msg_state,
     seq_and_time,
 )
 from .sessions import update_session
+from .values import encode_content, join_keys
 
 
 class LockedRows:

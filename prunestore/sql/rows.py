@@ -9,7 +9,6 @@ They run on the driver's connection (see `driver`): the append path is hot.
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterable
 from operator import itemgetter
 from typing import NamedTuple
@@ -28,6 +27,7 @@ from ..model import (
 )
 from ..results import HistoryPoint, SessionSummary
 from .driver import Statement
+from .values import decode_content, split_keys
 
 _STATE = (
     "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens, "
@@ -213,32 +213,6 @@ DELETE_HOLDER = Statement(
 )
 INSERT_REF = Statement("INSERT INTO prunestore_refs (session_id, key, seq) VALUES (:sid, :key, :seq)")
 DELETE_KEY = Statement("DELETE FROM prunestore_keys WHERE session_id = :sid AND key = :key")
-
-# -- values in and out of rows ------------------------------------------
-
-_ESCAPED = re.compile(r"\\([\\0])")
-
-
-def encode_content(content: str, escape_nul: bool) -> tuple[str, int]:
-    """PostgreSQL text cannot hold NUL: there, such content is stored backslash-escaped."""
-    if escape_nul and "\x00" in content:
-        return content.replace("\\", "\\\\").replace("\x00", "\\0"), 1
-    return content, 0
-
-
-def decode_content(stored: str, escaped: int) -> str:
-    if not escaped:
-        return stored
-    return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else "\\", stored)
-
-
-def join_keys(keys: Iterable[str]) -> str:
-    return " ".join(keys)
-
-
-def split_keys(text: str) -> tuple[str, ...]:
-    return tuple(text.split()) if text else ()
-
 
 _new_object, _set_attribute = object.__new__, object.__setattr__
 
