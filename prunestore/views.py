@@ -152,12 +152,13 @@ class View:
         """Whether a view built from some of the messages takes `rows` as one built from all would: not
         after a cut (the conversation's last step may be a message it never read), nor an old message it
         never read that makes or answers calls, nor a new result of a call it knows no message of."""
-        if cut is not None or self.known is None:
-            return cut is None
+        known = self.known
+        if cut is not None or known is None:
+            return False
         made: set[str] = set()  # calls made by the new rows, which their results after them answer
         for row in rows:
             seq, unit = seq_column(row), self.form.unit(stored_message(row))
-            if seq <= self.last_seq and seq not in self.known and (unit.calls or unit.answers is not None):
+            if seq <= self.last_seq and seq not in known and (unit.calls or unit.answers is not None):
                 return False
             if seq > self.last_seq:
                 if (
