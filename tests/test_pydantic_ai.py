@@ -113,12 +113,12 @@ def open_store(store_url, request):
 
 
 def sent(messages: list[ModelMessage]) -> list[dict]:
-    """What a model adapter reads of the messages: their JSON without times, run and conversation ids and
-    metadata (never sent; the store's messages name their store id there)."""
+    """What a model adapter reads of the messages: their JSON without times and durations, run and
+    conversation ids and metadata (never sent; the store's messages name their store id there)."""
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            ignored = ("timestamp", "run_id", "conversation_id", "metadata")
+            ignored = ("timestamp", "request_timestamp", "duration", "run_id", "conversation_id", "metadata")
             return {k: strip(v) for k, v in value.items() if k not in ignored}
         if isinstance(value, list):
             return [strip(v) for v in value]
