@@ -71,11 +71,12 @@ PASSAGES = ["Passage about setup.", "Passage about pruning.", "passage about  SE
 
 
 @st.composite
-def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[dict]:
+def openai_transcripts(draw, unique: bool = False, max_turns: int = 5, reused_ids: bool = False) -> list[dict]:
     """A Chat Completions agent transcript: parallel calls, repeated calls, duplicate passages, a call still
     waiting for its result at the end, and abandoned calls (no result ever came, the conversation went on).
 
-    With `unique`, every call and result differs, so nothing is pruned.
+    With `unique`, every call and result differs, so nothing is pruned. With `reused_ids`, each message
+    numbers its calls from ``call_0``, as some providers do.
     """
     messages: list[dict] = [{"role": "system", "content": "You are a careful agent."}]
     calls_made = 0
@@ -86,7 +87,7 @@ def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[d
         steps = draw(st.integers(0, 3))
         for step in range(steps):
             calls: list[dict[str, Any]] = []
-            for _ in range(draw(st.integers(0, 3))):
+            for number in range(draw(st.integers(0, 3))):
                 calls_made += 1
                 name = draw(st.sampled_from(sorted(TOOLS)))
                 argument = draw(st.sampled_from(TOOLS[name]))
@@ -96,7 +97,7 @@ def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[d
                 spacing = draw(st.sampled_from([(",", ":"), (", ", ": ")]))  # equal calls, different whitespace
                 calls.append(
                     {
-                        "id": f"call_{calls_made}",
+                        "id": f"call_{number}" if reused_ids else f"call_{calls_made}",
                         "type": "function",
                         "function": {"name": name, "arguments": json.dumps(arguments, separators=spacing)},
                     }
@@ -118,11 +119,16 @@ def openai_transcripts(draw, unique: bool = False, max_turns: int = 5) -> list[d
                     continue  # abandoned: the tool never answered
                 name = call["function"]["name"]
                 if name == "fetch_doc":
-                    content = f"{draw(st.sampled_from(PASSAGES))} {call['id'] if unique else ''}".strip()
+                    content = f"{draw(st.sampled_from(PASSAGES))} {arguments_of(call) if unique else ''}".strip()
                 else:
-                    content = f"{name} says {draw(st.integers(0, 2)) if not unique else call['id']}"
+                    content = f"{name} says {draw(st.integers(0, 2)) if not unique else arguments_of(call)}"
                 messages.append({"role": "tool", "tool_call_id": call["id"], "content": content})
     return messages
+
+
+def arguments_of(call: dict) -> str:
+    """A call's arguments: with `unique`, they tell every call apart (its id may not)."""
+    return call["function"]["arguments"]
 
 
 def anthropic_from_openai(messages: list[dict]) -> tuple[str | None, list[dict]]:

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from providers import anthropic_from_openai, openai_transcripts, validate_anthropic, validate_openai
 
 from prunestore import InvalidMessageError, Message, from_anthropic, from_openai, prune
-from prunestore.formats import ToolResult, tool_key
+from prunestore.formats import Continuation, ToolResult, tool_key
 from prunestore.integrations.openai_chat import OPENAI_CHAT
 
 BOTH_APIS = True  # these tests run on PruneStore and on AsyncPruneStore (see conftest)
@@ -202,6 +202,47 @@ def test_every_render_after_every_append_is_valid(store, transcript, dropped):
         assert store.render(session, "text").text.count("\n\n") + 1 >= min(1, len(store.live(session)))
 
 
+@settings(max_examples=40)
+@given(transcript=openai_transcripts(reused_ids=True), dropped=st.sampled_from(["omit", "placeholder"]))
+def test_call_ids_used_again_render_valid_and_as_the_view_after_every_append(store, transcript, dropped):
+    session = f"u{next(_names)}"
+    prefixes = [transcript[: n + 1] for n in range(len(transcript))]
+    for _ in _appended_incrementally(store, session, prefixes, lambda p: from_openai(p, **OPTIONS)):
+        openai = store.render(session, "openai", dropped=dropped)
+        validate_openai(openai.messages, waiting_at_end=True)
+        if dropped == "omit":
+            assert openai.messages == store.view(session, OPENAI_CHAT)
+        anthropic = store.render(session, "anthropic", dropped=dropped)
+        validate_anthropic(anthropic.system, anthropic.messages, waiting_at_end=True)
+
+
+def test_a_call_id_used_again_names_its_results_apart_in_pieces_and_at_once(store):
+    """Each turn's call is ``call_0``: its results are ``call_0``, ``call_0#2``, ..., however the transcript
+    is imported, and a piece that fails to import leaves the continuation where it was."""
+    transcript = [{"role": "user", "content": "Hi."}]
+    for n in range(3):
+        call = {"id": "call_0", "type": "function", "function": {"name": "ls", "arguments": f'{{"p": {n}}}'}}
+        transcript += [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": "call_0", "content": f"listing {n}"},
+            {"role": "assistant", "content": f"Listed {n}."},
+        ]
+    at_once = from_openai(transcript)
+    assert [m.id for m in at_once if m.role == "tool_output"] == ["call_0", "call_0#2", "call_0#3"]
+    continuation = Continuation()
+    pieces = from_openai(transcript[:3], continuation=continuation)
+    with pytest.raises(InvalidMessageError, match="tool_call_id"):
+        from_openai([transcript[3], {"role": "tool", "content": "no id"}], continuation=continuation)
+    pieces += from_openai(transcript[3:], continuation=continuation)
+    assert [m.id for m in pieces] == [m.id for m in at_once]
+    session = f"p{next(_names)}"
+    store.append(session, at_once[:4])
+    after = Continuation.after(store.messages(session))
+    store.append(session, from_openai(transcript[4:], continuation=after))
+    assert [m.id for m in store.messages(session)] == [m.id for m in at_once]
+    assert store.render(session, "openai").messages == transcript  # each call with its own result
+
+
 @pytest.fixture
 def caching_stores(open_store):
     """Two stores with the live cache, and one without it; opened once for all examples."""
@@ -241,8 +282,9 @@ def test_anthropic_transcripts_render_valid_after_every_append(store, transcript
 
 
 @settings(max_examples=30)
-@given(transcript=openai_transcripts(unique=True))
+@given(transcript=st.booleans().flatmap(lambda reused: openai_transcripts(unique=True, reused_ids=reused)))
 def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(store, transcript):
+    """Also where every message numbers its calls from ``call_0``: each result goes out after its own call."""
     complete = _complete(transcript)
     system, messages = anthropic_from_openai(complete)
     complete = [  # a provider's reasoning field on an assistant message (DeepSeek's, say) is kept as it came

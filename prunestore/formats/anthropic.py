@@ -27,7 +27,8 @@ def from_anthropic(
     """Messages API messages (and the ``system`` prompt) as prunestore `Message`s.
 
     Each ``tool_result`` block becomes a message of its own (id: its
-    ``tool_use_id``); the blocks between them stay together as one message
+    ``tool_use_id``, and ``<tool_use_id>#<n>`` for the n-th result of an id
+    used again); the blocks between them stay together as one message
     (id ``m<position>`` or ``m<position>.<part>``).
     """
     importer = Importer(document_tools, keep_tools, ttl or {}, keys_of, turns)
@@ -70,7 +71,11 @@ def from_anthropic(
                 call_id = part[0].get("tool_use_id")
                 if not isinstance(call_id, str) or not call_id:
                     raise InvalidMessageError(f"messages[{index}] tool_result.tool_use_id={shorten(call_id)}: needed")
-                out.append(importer.result(call_id, call_id, anthropic_text(part[0].get("content", "")), metadata))
+                out.append(
+                    importer.result(
+                        importer.result_id(call_id), call_id, anthropic_text(part[0].get("content", "")), metadata
+                    )
+                )
             else:
                 message_id = f"m{index}" if len(parts) == 1 else f"m{index}.{number}"
                 out.append(Message(message_id, role, anthropic_text(part), turn, metadata=metadata))

@@ -26,12 +26,14 @@ def from_openai(
     """Chat Completions messages as prunestore `Message`s, one per provider message.
 
     Ids: the message's ``id`` when it has one, the ``tool_call_id`` for a tool
-    result, else ``m<position>``; so importing a transcript again, or a longer
+    result (``<tool_call_id>#<n>`` for the n-th result of a call id used again),
+    else ``m<position>``; so importing a transcript again, or a longer
     one with the same start, appends only what is new. A `continuation`
     imports a transcript piece by piece (and is brought up to date).
     """
     start = continuation or Continuation()
-    importer = Importer(document_tools, keep_tools, ttl or {}, keys_of, turns, start.turn, start.calls)
+    made, answered = dict(start.calls), dict(start.results)  # the continuation moves on only if the piece imports
+    importer = Importer(document_tools, keep_tools, ttl or {}, keys_of, turns, start.turn, made, answered)
     out = []
     for index, raw in enumerate(check_list("messages", messages)):
         original = check_dict(f"messages[{index}]", raw)
@@ -43,7 +45,7 @@ def from_openai(
                 raise InvalidMessageError(f"messages[{index}].tool_call_id={shorten(call_id)}: a tool message needs it")
             importer.advance(index, False)
             text = openai_text(original.get("content"), f"messages[{index}]")
-            out.append(importer.result(call_id, call_id, text, metadata))
+            out.append(importer.result(importer.result_id(call_id), call_id, text, metadata))
             continue
         if role not in OPENAI_ROLES:
             raise InvalidMessageError(f"messages[{index}].role={shorten(role)}: not a Chat Completions role")
@@ -62,6 +64,7 @@ def from_openai(
         out.append(Message(message_id, OPENAI_ROLES[role], text, turn, metadata=metadata))
     if continuation is not None:
         continuation.turn, continuation.position = importer.turn, start.position + len(out)
+        continuation.calls, continuation.results = made, answered
     return out
 
 

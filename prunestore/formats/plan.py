@@ -10,7 +10,10 @@ it is gone). A call with no result stored:
   ``dropped="placeholder"``, gets a result saying none came), since
   providers refuse a call left without its result.
 
-An assistant message left empty is dropped.
+A result answers the last message before it that made its call id (some
+providers number every turn's calls from the same id), and a call answered
+twice goes out with its later result; a result no earlier message called
+for is an ordinary message. An assistant message left empty is dropped.
 """
 
 from __future__ import annotations
@@ -118,27 +121,28 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tup
     Returns (sequence of (item, its results), calls removed, placeholders used).
     """
     items = [item_of(m) for m in stored]
-    results: dict[str, Item] = {}
-    callers: dict[str, Item] = {}
-    for item in items:
-        if item.role == "tool" and item.call_id is not None:
-            results.setdefault(item.call_id, item)
-        for call in item.calls:
-            callers.setdefault(call.id, item)
+    results: dict[int, dict[str, Item]] = {}  # a caller's place -> call id -> its result
+    latest: dict[str, int] = {}  # call id -> the place of the last message before that made it
+    paired: set[int] = set()  # the places of results that go out with their call
+    for index, item in enumerate(items):
+        if item.role == "tool" and item.call_id in latest:
+            results[latest[item.call_id]][item.call_id] = item  # a later result of the call answers it
+            paired.add(index)
+        if item.calls:
+            results[index] = {}
+            latest.update((call.id, index) for call in item.calls)
     # The last message that is not a result: calls with no result made before it are abandoned.
-    moved_on = max(
-        (i for i, item in enumerate(items) if not (item.role == "tool" and item.call_id in callers)), default=-1
-    )
+    moved_on = max((i for i in range(len(items)) if i not in paired), default=-1)
     removed = placeholders = 0
     plan: list[tuple[Item, list[Item]]] = []
     for index, item in enumerate(items):
         live = item.message.verdict in LIVE_VERDICTS
-        if item.role == "tool" and item.call_id in callers:
+        if index in paired:
             continue  # goes out right after its call, or not at all
         if item.calls:
             answered = []
             for call in item.calls:
-                result = results.get(call.id)
+                result = results[index].get(call.id)
                 if result is not None and result.message.verdict in LIVE_VERDICTS:
                     answered.append(result)
                 elif result is not None and dropped == "placeholder" and live:

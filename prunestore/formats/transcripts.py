@@ -35,20 +35,26 @@ class Continuation:
 
     Pass the same one to `from_openai` for each piece (a chat history adapter
     does, one turn at a time): tool results then find calls made in earlier
-    pieces, turns keep counting and positional ids keep going.
+    pieces, turns keep counting, and positional ids and the ids of results of
+    a reused call id keep going.
     """
 
     turn: int = 0
     position: int = 0
     calls: dict[Any, tuple[Any, Any]] = field(default_factory=dict)  # call id -> (name, arguments)
+    results: dict[str, int] = field(default_factory=dict)  # call id -> how many results of it came so far
 
     @classmethod
     def after(cls, stored: Sequence[Message]) -> Continuation:
         """The continuation of a session that holds `stored` (imported with `from_openai`)."""
         found = cls(turn=stored[-1].turn if stored else 0, position=len(stored))
         for message in stored:
-            for call_id, name, arguments in openai_calls((message.metadata or {}).get("openai") or {}):
+            original = (message.metadata or {}).get("openai") or {}
+            for call_id, name, arguments in openai_calls(original):
                 found.calls[call_id] = (name, arguments)
+            if original.get("role") == "tool" and isinstance(original.get("tool_call_id"), str):
+                call_id = original["tool_call_id"]
+                found.results[call_id] = found.results.get(call_id, 0) + 1
         return found
 
 
@@ -95,6 +101,13 @@ class Importer:
     turns: Sequence[int] | None
     turn: int = 0
     calls: dict[Any, tuple[Any, Any]] = field(default_factory=dict)  # call id -> (name, arguments)
+    results: dict[str, int] = field(default_factory=dict)  # call id -> how many results of it came so far
+
+    def result_id(self, call_id: str) -> str:
+        """A transcript's tool result's id: its call id, and ``<call id>#<n>`` for the n-th result of a call
+        id that the provider used again (some number every turn's calls from ``call_0``)."""
+        count = self.results[call_id] = self.results.get(call_id, 0) + 1
+        return call_id if count == 1 else f"{call_id}#{count}"
 
     def advance(self, index: int, starts_turn: bool) -> int:
         if self.turns is not None:
