@@ -48,7 +48,7 @@ from .sql.rows import (
     stored_message,
 )
 from .sql.undo import changed_since
-from .views import CachedView, Form, Prompt, View, view_links
+from .views import CachedView, Form, Prompt, View, ViewLinks
 
 # The rows after a seq: what another writer's appends added since an entry was read.
 _MESSAGES_AFTER = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq > :seq")
@@ -278,10 +278,13 @@ def read_view(cache: LiveCache, driver: Driver, name: str, row: SessionRow, form
             entry = None
     if entry is None:
         view = View(form, stamp=stamp)
-        rows = prompt_rows(driver, row, view_links(form)) if getattr(form, "indexed", False) else None
-        view.apply(rows if rows is not None else driver.all(ALL_MESSAGES, {"sid": sid}))
-        if rows is not None:
-            view.known = {seq_column(r) for r in rows}
+        links = ViewLinks(form)
+        read = prompt_rows(driver, row, links) if getattr(form, "indexed", False) else None
+        if read is None:
+            view.apply(driver.all(ALL_MESSAGES, {"sid": sid}))
+        else:
+            view.apply([r for r, _ in read], read=links.read)
+            view.known = {seq_column(r) for r, _ in read}
         if cached:
             assert stamp is not None
             cache.put(name, CachedView(sid, stamp, view, view.size, last_seq=row.last_seq, base=stamp), form.name)

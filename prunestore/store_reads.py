@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from . import catalog, queries, recall, whatif
 from .appending import Options, check_ids, check_session_name
 from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
-from .formats import Dropped, Format, Rendered, render_links, render_prompt
+from .formats import Dropped, Format, Rendered, RenderLinks, render_prompt
 from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
@@ -111,10 +111,13 @@ class StoreReads:
         """
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             row = self._session(driver, session)
-            rows = prompt_rows(driver, row, render_links)
-            if rows is None:
-                rows = driver.all(ALL_MESSAGES, {"sid": row.session_id})
-        return render_prompt([stored_message(r) for r in rows], format, dropped, (row.last_seq, row.totals.tokens))
+            links = RenderLinks()
+            read = prompt_rows(driver, row, links)
+            if read is None:
+                messages = [stored_message(r) for r in driver.all(ALL_MESSAGES, {"sid": row.session_id})]
+            else:
+                messages = [message for _, message in read]
+        return render_prompt(messages, format, dropped, (row.last_seq, row.totals.tokens), links.items)
 
     def sessions(
         self,

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import threading
 from bisect import bisect_left
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -101,13 +101,19 @@ class View:
     known: set[int] | None = None
 
     def apply(
-        self, rows: Iterable[tuple], cut: int | None = None, moves: tuple[int | None, int | None] | None = None
+        self,
+        rows: Iterable[tuple],
+        cut: int | None = None,
+        moves: tuple[int | None, int | None] | None = None,
+        read: Mapping[int, tuple[StoredMessage, Unit]] | None = None,
     ) -> bool:
         """Take in rows read with `sql.rows.FULL_COLUMNS` (new ones, and old ones whose verdict changed),
         after forgetting the messages after seq `cut` (when given: a truncate or pop took them back).
 
         With `moves` (stamp from, stamp to), only a view at the first stamp takes them in, or one already at
-        the second; False when the view is at neither (the caller reads the session afresh)."""
+        the second; False when the view is at neither (the caller reads the session afresh). `read` holds
+        the messages of some of the rows with their units, already made (`ViewLinks`), by seq."""
+        made = read or {}
         with self.lock:
             if moves is not None:
                 if self.stamp == moves[1]:
@@ -124,13 +130,15 @@ class View:
             sent: dict[int, Any | None] = {}  # what changed messages that make no calls send now
             dirty: set[int] = set()
             for row in rows:
-                message = stored_message(row)
+                message, known_unit = made.get(seq_column(row)) or (stored_message(row), None)
                 seq, live = message.seq, message.live
                 if message.verdict == PENDING:
                     self.pending.add(seq)
                 else:
                     self.pending.discard(seq)
-                unit = self.form.unit(message) if seq > self.last_seq or seq not in self.callers else None
+                unit = None
+                if seq > self.last_seq or seq not in self.callers:
+                    unit = known_unit or self.form.unit(message)
                 if seq > self.last_seq:
                     dirty.update(self._register(seq, unit, len(message.content) + len(metadata_column(row) or "")))
                 if seq in self.live:  # it makes calls, or answers one
@@ -308,15 +316,19 @@ class Prompt(list):
     stable: int
 
 
-def view_links(form: Form) -> Callable[[StoredMessage], tuple[list[str | None], bool]]:
-    """What `prunestore.sql.calls.prompt_rows` asks of a message, as `form` reads it."""
+class ViewLinks:
+    """What `prunestore.sql.calls.prompt_rows` asks of a message, as `form` reads it; it keeps each
+    message with its unit for the view that takes the rows in (`View.apply`'s `read`)."""
 
-    def links(message: StoredMessage) -> tuple[list[str | None], bool]:
-        unit = form.unit(message)
+    def __init__(self, form: Form) -> None:
+        self.form = form
+        self.read: dict[int, tuple[StoredMessage, Unit]] = {}
+
+    def __call__(self, message: StoredMessage) -> tuple[list[str | None], bool]:
+        unit = self.form.unit(message)
+        self.read[message.seq] = (message, unit)
         answers = unit.answers is not None and not unit.calls
         return [*unit.calls, *([unit.answers] if unit.answers is not None else [])], answers
-
-    return links
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ user/assistant alternation holds.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal, get_args
 
 from ..errors import InvalidMessageError, shorten
@@ -27,7 +27,7 @@ from ..model import StoredMessage
 from ..text import count_tokens
 from .anthropic import from_anthropic, to_anthropic
 from .openai import from_openai, to_openai
-from .plan import DROPPED_MODES, Rendered, RenderReport, item_of, plan_prompt, to_text
+from .plan import DROPPED_MODES, Item, Rendered, RenderReport, item_of, plan_prompt, to_text
 from .transcripts import Continuation, ToolResult, openai_calls, tool_key
 
 __all__ = [
@@ -55,23 +55,33 @@ def render(stored: Sequence[StoredMessage], format: Format = "openai", dropped: 
     return render_prompt(stored, format, dropped, (len(stored), sum(m.tokens for m in stored)))
 
 
-def render_links(message: StoredMessage) -> tuple[list[str | None], bool]:
+class RenderLinks:
     """The call ids a message makes or answers as rendering reads them, and whether it only answers one
-    (see `prunestore.sql.calls`)."""
-    item = item_of(message)
-    answers = item.role == "tool" and item.call_id is not None
-    return [call.id for call in item.calls] + ([item.call_id] if answers else []), answers
+    (see `prunestore.sql.calls`); it keeps each message's item for the render that follows."""
+
+    def __init__(self) -> None:
+        self.items: dict[int, Item] = {}
+
+    def __call__(self, message: StoredMessage) -> tuple[list[str | None], bool]:
+        item = self.items[message.seq] = item_of(message)
+        answers = item.role == "tool" and item.call_id is not None
+        return [call.id for call in item.calls] + ([item.call_id] if answers else []), answers
 
 
 def render_prompt(
-    stored: Sequence[StoredMessage], format: Format, dropped: Dropped, session: tuple[int, int]
+    stored: Sequence[StoredMessage],
+    format: Format,
+    dropped: Dropped,
+    session: tuple[int, int],
+    items: Mapping[int, Item] | None = None,
 ) -> Rendered:
-    """`render`, of the messages that decide the prompt of a session of `session` (messages, tokens)."""
+    """`render`, of the messages that decide the prompt of a session of `session` (messages, tokens);
+    `items` holds those of them already read (`RenderLinks`), by seq."""
     if format not in FORMATS:
         raise InvalidMessageError(f"format={shorten(format)}: must be one of {', '.join(FORMATS)}")
     if dropped not in DROPPED_MODES:
         raise InvalidMessageError(f"dropped={shorten(dropped)}: must be 'omit' or 'placeholder'")
-    plan, removed, placeholders = plan_prompt(stored, dropped)
+    plan, removed, placeholders = plan_prompt(stored, dropped, items)
     sent = [item for item, answered in plan for item in [item, *answered]]
     tokens_out = sum(count_tokens(item.content) if item.content is not None else item.message.tokens for item in sent)
     system: str | list | None = None

@@ -19,7 +19,7 @@ for is an ordinary message. An assistant message left empty is dropped.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -115,12 +115,16 @@ def tool_uses(content: Any) -> list[Call]:
     return [Call(b.get("id"), b.get("name"), b.get("input")) for b in blocks if b.get("type") == "tool_use"]
 
 
-def plan_prompt(stored: Sequence[StoredMessage], dropped: str) -> tuple[list[tuple[Item, list[Item]]], int, int]:
-    """Which items go out, in order, each assistant item with the results of the calls it keeps.
+def plan_prompt(
+    stored: Sequence[StoredMessage], dropped: str, read: Mapping[int, Item] | None = None
+) -> tuple[list[tuple[Item, list[Item]]], int, int]:
+    """Which items go out, in order, each assistant item with the results of the calls it keeps; `read`
+    holds items already made of some of the messages, by seq (fresh ones: planning changes them).
 
     Returns (sequence of (item, its results), calls removed, placeholders used).
     """
-    items = [item_of(m) for m in stored]
+    made = read or {}
+    items = [made.get(m.seq) or item_of(m) for m in stored]
     results: dict[int, dict[str, Item]] = {}  # a caller's place -> call id -> its result
     latest: dict[str, int] = {}  # call id -> the place of the last message before that made it
     paired: set[int] = set()  # the places of results that go out with their call

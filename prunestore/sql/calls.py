@@ -72,39 +72,48 @@ def write_calls(driver: Driver, sid: int, messages: Iterable[tuple[int, Any]]) -
 Links = Callable[[StoredMessage], tuple[list[str | None], bool]]  # (call ids it names, whether it only answers one)
 
 
-def prompt_rows(driver: Driver, row: SessionRow, links: Links) -> list[tuple] | None:
-    """The rows that decide the session's prompt (see the module docstring), in seq order.
+def prompt_rows(driver: Driver, row: SessionRow, links: Links) -> list[tuple[tuple, StoredMessage]] | None:
+    """The rows that decide the session's prompt (see the module docstring), in seq order, each with its
+    message (decoded once, for the caller too).
 
     `links` is the reader's own reading of a message: the call ids it makes
     or answers, and whether it only answers (a result), not counting as a
-    turn of the conversation. None when a call the rows name has no id (the
-    index cannot find it): the caller reads the session.
+    turn of the conversation; it is asked once a message. None when a call
+    the rows name has no id (the index cannot find it): the caller reads the
+    session.
     """
     sid, seq = row.session_id, row.last_seq
-    rows = {seq_column(r): r for r in driver.all(LIVE_MESSAGES, live_params(row))}
+    read: dict[int, tuple[tuple, StoredMessage]] = {}
+    linked: dict[int, tuple[list[str | None], bool]] = {}
+
+    def take(r: tuple) -> StoredMessage:
+        entry = read.get(seq_column(r))
+        if entry is None:
+            entry = read[seq_column(r)] = (r, stored_message(r))
+        return entry[1]
+
+    def link(message: StoredMessage) -> tuple[list[str | None], bool]:
+        found = linked.get(message.seq)
+        if found is None:
+            found = linked[message.seq] = links(message)
+        return found
+
+    for r in driver.all(LIVE_MESSAGES, live_params(row)):
+        take(r)
     while seq > 0:  # back to the last message that answers no call: the conversation's last step
         before = driver.all(_BEFORE, {"sid": sid, "seq": seq})
-        if not before:
-            break
-        stepped = False
-        for r in before:
-            rows.setdefault(seq_column(r), r)
-            if not links(stored_message(r))[1]:
-                stepped = True
-                break
-        if stepped:
+        if not before or any(not link(take(r))[1] for r in before):
             break
         seq = seq_column(before[-1]) - 1
     asked: set[str | None] = set()
-    todo = list(rows.values())
+    todo = [message for _, message in read.values()]
     while todo:  # every message naming a call that the rows read name, until no new call comes up
-        wanted = {call for r in todo for call in links(stored_message(r))[0]} - asked
+        wanted = {call for message in todo for call in link(message)[0]} - asked
         if not all(isinstance(call, str) for call in wanted):
             return None
         asked |= wanted
         todo = []
         for r in driver.chunks(_BY_CALL, {"sid": sid}, "ids", sorted(wanted)) if wanted else ():
-            if seq_column(r) not in rows:
-                rows[seq_column(r)] = r
-                todo.append(r)
-    return [rows[seq] for seq in sorted(rows)]
+            if seq_column(r) not in read:
+                todo.append(take(r))
+    return [read[seq] for seq in sorted(read)]
