@@ -14,9 +14,12 @@ PostgreSQL database (emptied, then made 16 hash partitions) runs too. With
 evicting the oldest first and ``evict="definers_last"``, run beside the default
 one, their appends interleaved with its, so the three compare in one run; with
 --cache-ttl too, a fourth: definers last with that ``cache_ttl`` (each append then
-stores its time and reads the time of the message before it).
+stores its time and reads the time of the message before it). With --calls,
+each tool result carries the Chat Completions message it came as, naming its
+call, as the integrations store results (the index of tool calls then gets a
+row for it).
 
-    python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000]
+    python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000] [--calls]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
         [--partitioned URL]   (a PostgreSQL database this may empty)
         [--budget 2000 --clear 500 [--cache-ttl 300]]
@@ -45,8 +48,9 @@ class AgentTraffic:
 
     TOOLS = ["search", "sql_query", "calculator", "filesystem", "web_fetch"]
 
-    def __init__(self, seed: int = 7) -> None:
+    def __init__(self, seed: int = 7, calls: bool = False) -> None:
         self.rng = random.Random(seed)
+        self.calls = calls
         self.n = 0
         self.turn = 0
         self.open_keys: list[str] = []
@@ -72,13 +76,16 @@ class AgentTraffic:
         if r < 0.8:
             tool = self.rng.choice(self.TOOLS)
             resource = self.rng.randrange(20)
+            message_id, content = self._id(), f"{tool} result {self.n}"
+            result = {"role": "tool", "tool_call_id": f"call_{message_id}", "content": content}
             return Message(
-                self._id(),
+                message_id,
                 "tool_output",
-                f"{tool} result {self.n}",
+                content,
                 self.turn,
                 tool_key=f"{tool}:{resource}",
                 expires_after_turn=self.turn + 50,
+                metadata={"openai": result} if self.calls else None,
             )
         passage = self.rng.randrange(400)
         return Message(self._id(), "retrieved_doc", f"Passage number {passage} of the handbook.", self.turn)
@@ -118,12 +125,16 @@ class InsertFloor:
 
 
 def measure(
-    stores: dict[str, PruneStore], sizes: list[int], samples: int
+    stores: dict[str, PruneStore], sizes: list[int], samples: int, calls: bool = False
 ) -> tuple[dict[str, list[tuple[int, float, float]]], dict[str, float]]:
     """Build one session per size in each store, then time single appends, interleaved across stores and sizes,
     and each store's insert floor in the same rotation."""
     run = uuid.uuid4().hex[:8]
-    sessions = {(label, size): (f"bench-{run}-{size}", AgentTraffic(seed=size)) for label in stores for size in sizes}
+    sessions = {
+        (label, size): (f"bench-{run}-{size}", AgentTraffic(seed=size, calls=calls))
+        for label in stores
+        for size in sizes
+    }
     for (label, size), (session, traffic) in sessions.items():
         for start in range(0, size, 1000):
             stores[label].append(session, traffic.batch(min(1000, size - start)))
@@ -175,6 +186,7 @@ def main() -> int:
     parser.add_argument("--budget", type=int, help="Also run a store with this budget, side by side.")
     parser.add_argument("--clear", type=int, default=0, help="Its clear_at_least.")
     parser.add_argument("--cache-ttl", type=int, help="With --budget, also a store with this cache_ttl.")
+    parser.add_argument("--calls", action="store_true", help="Tool results name their calls, as adapters store them.")
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     policies = {"default": Policy()}
@@ -201,7 +213,7 @@ def main() -> int:
             # A database records one policy: on PostgreSQL (one database given) only the default runs.
             chosen = policies if name.startswith("SQLite") else {"default": Policy()}
             stores = {label: PruneStore(url(label), policy=policy) for label, policy in chosen.items()}
-            measured, floor = measure(stores, sizes, args.samples)
+            measured, floor = measure(stores, sizes, args.samples, args.calls)
             for label, rows in measured.items():
                 results[f"{name}, {label}"] = rows
                 floors[f"{name}, {label}"] = floor[label]

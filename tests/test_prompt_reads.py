@@ -10,7 +10,6 @@ serve, after appends by two stores, truncates and calls whose ids come back.
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 
 import pytest
@@ -66,9 +65,7 @@ def test_prompts_through_the_index_of_calls_equal_prompts_from_every_message(sto
         transcript = _reused(transcript, ids)
     session = f"p{next(_names)}"
     for n in range(len(transcript)):
-        messages = from_openai(transcript[: n + 1], **OPTIONS)
-        if ids:  # a result's id is its call id: number them, as a store's ids stay unique
-            messages = [dataclasses.replace(m, id=f"n{i}") for i, m in enumerate(messages)]
+        messages = from_openai(transcript[: n + 1], **OPTIONS)  # a reused id's results: <id>, <id>#2, ...
         count = len(a.messages(session)) if n else 0
         if count > len(messages):
             continue
@@ -81,6 +78,52 @@ def test_prompts_through_the_index_of_calls_equal_prompts_from_every_message(sto
         stored = a.messages(session)
         for format, dropped in itertools.product(("openai", "anthropic", "text"), ("omit", "placeholder")):
             assert a.render(session, format, dropped=dropped) == formats.render(stored, format, dropped)
+
+
+class _Counting:
+    """OPENAI_CHAT counting the messages it is asked to read."""
+
+    name = "openai-chat-counting"
+    indexed = True
+    without_calls = staticmethod(OPENAI_CHAT.without_calls)
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    def unit(self, message):
+        self.asked.append(message.seq)
+        return OPENAI_CHAT.unit(message)
+
+
+def test_a_fresh_view_and_a_render_read_each_message_once(stores):
+    a, _, cold = stores
+    session = f"p{next(_names)}"
+    transcript = [{"role": "user", "content": "Go."}]
+    for n in range(30):
+        call = {"id": f"c{n}", "type": "function", "function": {"name": "ls", "arguments": f'{{"p": {n % 4}}}'}}
+        transcript += [
+            {"role": "user", "content": f"And now {n}?"},  # a turn each: the budget evicts the older ones
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{n}", "content": f"listing {n % 4} " + "x " * 20},
+        ]
+    a.append(session, from_openai(transcript))
+    assert a.stats(session).by_verdict["evicted"].messages > 0
+    form = _Counting()
+    assert cold.view(session, form) == cold.view(session, _EveryMessage())
+    assert form.asked and len(form.asked) == len(set(form.asked)) < len(transcript)
+    asked = []
+    item_of = formats.plan.item_of
+
+    def counted(message):
+        asked.append(message.seq)
+        return item_of(message)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(formats, "item_of", counted)
+        patch.setattr(formats.plan, "item_of", counted)
+        rendered = cold.render(session)
+    assert rendered == formats.render(a.messages(session), "openai", "omit")
+    assert asked and len(asked) == len(set(asked)) < len(transcript)
 
 
 def test_the_index_finds_the_call_ids_of_every_built_in_shape():
