@@ -113,7 +113,7 @@ class View:
         With `moves` (stamp from, stamp to), only a view at the first stamp takes them in, or one already at
         the second; False when the view is at neither (the caller reads the session afresh). `read` holds
         the messages of some of the rows with their units, already made (`ViewLinks`), by seq."""
-        made = read or {}
+        made = dict(read or {})
         with self.lock:
             if moves is not None:
                 if self.stamp == moves[1]:
@@ -121,7 +121,7 @@ class View:
                 if self.stamp != moves[0]:
                     return False
             rows = sorted(rows, key=seq_column)
-            if self.known is not None and not self._can_take(rows, cut):
+            if self.known is not None and not self._can_take(rows, cut, made):
                 return False
             if moves is not None:
                 self.stamp = moves[1]
@@ -156,16 +156,22 @@ class View:
             self._lead(dirty)
         return True
 
-    def _can_take(self, rows: list[tuple], cut: int | None) -> bool:
+    def _can_take(self, rows: list[tuple], cut: int | None, read: dict[int, tuple[StoredMessage, Unit]]) -> bool:
         """Whether a view built from some of the messages takes `rows` as one built from all would: not
         after a cut (the conversation's last step may be a message it never read), nor an old message it
-        never read that makes or answers calls, nor a new result of a call it knows no message of."""
+        never read that makes or answers calls, nor a new result of a call it knows no message of.
+
+        Each row's message and unit go into `read`, for `apply` to take them in without reading them again."""
         known = self.known
         if cut is not None or known is None:
             return False
         made: set[str] = set()  # calls made by the new rows, which their results after them answer
         for row in rows:
-            seq, unit = seq_column(row), self.form.unit(stored_message(row))
+            seq = seq_column(row)
+            if seq not in read:
+                message = stored_message(row)
+                read[seq] = (message, self.form.unit(message))
+            unit = read[seq][1]
             if seq <= self.last_seq and seq not in known and (unit.calls or unit.answers is not None):
                 return False
             if seq > self.last_seq:

@@ -19,7 +19,7 @@ from providers import openai_transcripts
 from test_formats import OPTIONS
 
 from prunestore import Message, Policy, formats
-from prunestore.formats import from_openai
+from prunestore.formats import Continuation, from_openai
 from prunestore.integrations.openai_chat import OPENAI_CHAT
 from prunestore.sql.calls import call_ids
 
@@ -95,8 +95,8 @@ class _Counting:
         return OPENAI_CHAT.unit(message)
 
 
-def test_a_fresh_view_and_a_render_read_each_message_once(stores):
-    a, _, cold = stores
+def test_a_fresh_view_a_patch_and_a_render_read_each_message_once(stores):
+    a, b, cold = stores
     session = f"p{next(_names)}"
     transcript = [{"role": "user", "content": "Go."}]
     for n in range(30):
@@ -111,6 +111,12 @@ def test_a_fresh_view_and_a_render_read_each_message_once(stores):
     form = _Counting()
     assert cold.view(session, form) == cold.view(session, _EveryMessage())
     assert form.asked and len(form.asked) == len(set(form.asked)) < len(transcript)
+    a.view(session, form)  # cached by `a`, then patched with what `b` appends
+    more = [{"role": "user", "content": "More?"}, {"role": "assistant", "content": "No."}]
+    b.append(session, from_openai(more, continuation=Continuation.after(b.messages(session))))
+    form.asked.clear()
+    assert a.view(session, form) == cold.view(session, _EveryMessage())
+    assert form.asked and len(form.asked) == len(set(form.asked)) <= 3
     asked = []
     item_of = formats.plan.item_of
 
