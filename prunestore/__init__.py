@@ -25,7 +25,7 @@ from .errors import (
 )
 from .formats import Rendered, RenderReport, from_anthropic, from_openai
 from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
-from .prices import Prices
+from .prices import LedgerTotals, Prices
 from .prune import PruneResult, prune
 from .results import (
     Cause,
@@ -78,6 +78,7 @@ __all__ = [
     "HistoryPoint",
     "VerifyReport",
     "Prices",
+    "LedgerTotals",
     "WhatIf",
     "PruneStoreError",
     "InvalidMessageError",

@@ -13,7 +13,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 
+from .clock import micros
 from .engine.first import FirstAppend
+from .engine.ledger import Pricing
 from .engine.maintainer import Maintainer
 from .engine.state import MsgState, NoRows, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
@@ -26,7 +28,6 @@ from .model import (
     Policy,
     check_identifier,
     check_key_count,
-    micros,
     storable_text_problem,
 )
 from .results import Delta
@@ -37,6 +38,7 @@ from .sql.sessions import lock_session_for_append, new_stamp
 from .sql.undo import journal_entry
 from .text import count_tokens
 from .tokens import Countable, message_tokens
+from .whatif import stored_ledger
 
 DEFAULT_MAX_CONTENT_BYTES = 16 * 2**20  # a message's content, UTF-8 encoded
 DEFAULT_MAX_METADATA_BYTES = 2**20  # a message's metadata, as JSON
@@ -232,13 +234,21 @@ def append_locked(
     stamp_times(fresh, policy)
     maintainer: Maintainer | FirstAppend
     prompt_before = row.prompt.copy() if policy.gathers else None
-    if row.last_seq == 0 and not policy.gathers:
+    if row.last_seq == 0 and not policy.gathers and policy.prices is None:
         maintainer = FirstAppend(fresh, policy, row.current_turn)
     else:
         source = rows if row.last_seq else NoRows()
         maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, row.prompt.copy())
-        for state in fresh:
-            maintainer.append(state)
+        if policy.prices is None:
+            row.ledger = None
+            for state in fresh:
+                maintainer.append(state)
+        else:
+            pricing = Pricing(maintainer, stored_ledger(driver, row, policy))
+            for state in fresh:
+                pricing.append(state)
+            pricing.step()
+            row.ledger = pricing.ledger.to_json()
     prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
     changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
     holders_added, holders_removed = maintainer.hash_holder_changes()

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import BinaryIO, cast
 
 from .appending import Options, check_session_name
+from .clock import micros
 from .engine.state import MsgState, new_state
 from .errors import DuplicateMessageError, InvalidMessageError, PruneStoreError, TurnOrderError, shorten
 from .jsonl import parse_line
-from .model import KEPT, Message, micros, unchecked
+from .model import KEPT, Message, unchecked
 from .sql import db
 from .store import PruneStore
 

@@ -35,6 +35,7 @@ from .sql.schema import MESSAGES
 from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
 from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 from .sql.values import join_keys
+from .whatif import replayed_ledger
 
 _UPDATE_KEYS_AND_HASH = Statement(
     "UPDATE prunestore_messages SET content_hash = :content_hash, eff_defines = :eff_defines, eff_refs = :eff_refs "
@@ -91,6 +92,8 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     write_refs(driver, row.session_id, expected.states)
     write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
     held = (expected.prompt or PromptCounters()).held_below
+    ledger = replayed_ledger(driver, row, policy)
+    row.ledger = None if ledger is None else ledger.to_json()
     changed = [
         s
         for s, m, r in zip(expected.states, stored, rows, strict=True)
@@ -164,6 +167,7 @@ def cut(
     for statement in _DELETE_INDEXES_FROM:
         driver.run(statement, {"sid": sid, "since": undo.since})
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
+    row.ledger = None  # the next write under prices replays it
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [m for m, _ in tail if m.seq <= cut]
     again: list[Write] = []

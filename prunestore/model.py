@@ -9,11 +9,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping, Sized
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass, field, fields
-from datetime import datetime, timedelta, timezone
+from dataclasses import asdict, dataclass, field, fields
+from datetime import datetime
 from typing import Any, Final, Literal, TypeVar, get_args
 
 from .errors import InvalidMessageError, InvalidPolicyError, shorten
+from .prices import PRICES, Prices
 from .text import KEY_PATTERN, marker_defines, marker_refs
 
 __all__ = [  # the values users meet; the helpers below serve the package
@@ -192,29 +193,6 @@ def _check_erased(message: Message) -> None:
 
 MAX_TOKENS = 2**31 - 1  # a message's tokens are stored as a 32-bit integer
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(at: datetime) -> int:
-    """A message's time as stored: whole microseconds since 1970 (UTC), exactly what a datetime holds
-    (every datetime fits a 64-bit integer so)."""
-    return (at - EPOCH) // _MICROSECOND
-
-
-def from_micros(value: int) -> datetime:
-    return EPOCH + timedelta(microseconds=value)
-
-
-def past_ttl(before: datetime | int | None, at: datetime | int | None, ttl: int | None) -> bool:
-    """Whether `at` comes more than `ttl` seconds after `before`: the prompt cache's expiry
-    (docs/semantics.md, "Cache expiry"). Times are datetimes, or stored microseconds; False where one is unknown."""
-    if ttl is None or before is None or at is None:
-        return False
-    gap: Any = at - before  # type: ignore[operator]  # both datetimes or both microseconds
-    return bool(gap > (timedelta(seconds=ttl) if isinstance(gap, timedelta) else ttl * 1_000_000))
-
-
 MAX_TURN = 2**63 - 1  # turns are stored as 64-bit integers
 
 
@@ -359,6 +337,9 @@ class Policy:
     the provider keeps a cached prompt: a message said more than that after
     the one before it (`Message.at`) finds the cache cold, so it holds an
     event for whatever is pending, which then costs nothing extra.
+    `prices` (a `prunestore.Prices` or a preset's name) keeps a ledger: each
+    append records what the session's prompts cost so far, and what sending
+    everything would have cost (docs/cost.md, "The ledger").
     See docs/semantics.md, "Budget and removal events" and "Cache expiry".
     """
 
@@ -369,8 +350,16 @@ class Policy:
     pinned_roles: AbstractSet[str] = frozenset({"system"})
     evict: EvictOrder = "oldest"
     cache_ttl: int | None = None
+    prices: Prices | None = None
 
     def __post_init__(self) -> None:
+        if self.prices is not None:
+            if isinstance(self.prices, str) and self.prices in PRICES:
+                object.__setattr__(self, "prices", PRICES[self.prices])
+            elif not isinstance(self.prices, Prices):
+                raise InvalidPolicyError(
+                    f"prices={shorten(self.prices)}: must be None, a prunestore.Prices or one of {', '.join(PRICES)}"
+                )
         object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))
         object.__setattr__(self, "pinned_roles", _roles("pinned_roles", self.pinned_roles))
         if not isinstance(self.restore, str) or self.restore not in RESTORE_MODES:
@@ -400,7 +389,7 @@ class Policy:
         return self.budget is not None or self.clear_at_least > 0
 
     def to_json(self) -> str:
-        values = {
+        values: dict[str, Any] = {
             "dedupe_roles": sorted(self.dedupe_roles),
             "restore": self.restore,
             "budget": self.budget,
@@ -410,6 +399,8 @@ class Policy:
         }
         if self.cache_ttl is not None:  # written only when set: the policies stored before it read the same
             values["cache_ttl"] = self.cache_ttl
+        if self.prices is not None:
+            values["prices"] = asdict(self.prices)
         return json.dumps(values, sort_keys=True)
 
     @classmethod
@@ -423,6 +414,7 @@ class Policy:
             pinned_roles=frozenset(data.get("pinned_roles", ["system"])),
             evict=data.get("evict", "oldest"),
             cache_ttl=data.get("cache_ttl"),
+            prices=Prices(**data["prices"]) if data.get("prices") else None,
         )
 
 

@@ -18,10 +18,10 @@ from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from .clock import past_ttl
 from .errors import InvalidArgumentError, shorten
-from .model import past_ttl
 
-__all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices"]
+__all__ = ["Prices", "PRICES", "PromptCosts", "prompt_costs", "chosen_prices", "LedgerTotals"]
 
 
 @dataclass(frozen=True)
@@ -129,3 +129,26 @@ def prompt_costs(
         turns += 1
         previous = keys
     return PromptCosts(turns, cost, uncached, peak, total / turns if turns else 0.0, breaks, expired)
+
+
+@dataclass(frozen=True)
+class LedgerTotals:
+    """Summed over a session's turns: tokens read from the cache and written to it, pruned and sending everything.
+
+    `breaks` counts the turns whose prompt does not begin with the whole previous prompt, `expired` those that
+    came longer than the prices' `ttl` after the one before.
+    """
+
+    turns: int = 0
+    read: int = 0
+    written: int = 0
+    everything_read: int = 0
+    everything_written: int = 0
+    breaks: int = 0
+    expired: int = 0
+
+    def cost(self, prices: Prices) -> float:
+        return prices.read * self.read + prices.write * self.written
+
+    def cost_everything(self, prices: Prices) -> float:
+        return prices.read * self.everything_read + prices.write * self.everything_written

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, TypeVar
 
+from .clock import past_ttl
 from .errors import DuplicateMessageError, InvalidArgumentError, InvalidMessageError, shorten
 from .model import (
     DUPLICATE,
@@ -27,7 +28,6 @@ from .model import (
     Policy,
     effective_defines,
     effective_refs,
-    past_ttl,
 )
 from .text import count_tokens, normalize
 from .tokens import message_tokens

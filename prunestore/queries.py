@@ -7,9 +7,10 @@ them is on the append path, so they may read a whole session (`verify` must).
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import astuple, dataclass, fields
 
 from .audit import compare
+from .engine.ledger import Ledger
 from .engine.state import new_state
 from .errors import no_such_message
 from .model import (
@@ -28,6 +29,7 @@ from .model import (
     unchecked,
     was_restored,
 )
+from .prices import LedgerTotals
 from .results import (
     Entry,
     Explanation,
@@ -56,6 +58,7 @@ from .sql.rows import (
     with_length,
 )
 from .sql.undo import changed_by_append
+from .whatif import replayed_ledger
 
 _ONE = Statement(f"SELECT {FULL_COLUMNS}, content_hash FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 # The length of the text as given, and the text's first characters (twice as many: an escaped text may be
@@ -327,6 +330,10 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
             events, over, comebacks, late_joins = found
         if over and sid is None:
             names = tuple(name for (name,) in driver.all(_OVER_NAMES, params))
+    ledger = cost = cost_everything = None
+    if policy.prices is not None:
+        ledger = _ledgers(driver, sid, policy)
+        cost, cost_everything = ledger.cost(policy.prices), ledger.cost_everything(policy.prices)
     return Stats(
         sessions=sessions,
         messages=sum(v.messages for v in by_verdict.values()),
@@ -341,7 +348,29 @@ def stats(driver: Driver, sid: int | None, sessions: int, policy: Policy) -> Sta
         over_budget_names=names,
         comebacks=None if comebacks is None else int(comebacks),
         late_joins=None if late_joins is None else int(late_joins),
+        ledger=ledger,
+        cost=cost,
+        cost_everything=cost_everything,
     )
+
+
+_LEDGERS = Statement("SELECT session_id, ledger FROM prunestore_sessions")
+_LEDGER_ONE = Statement("SELECT session_id, ledger FROM prunestore_sessions WHERE session_id = :sid")
+
+
+def _ledgers(driver: Driver, sid: int | None, policy: Policy) -> LedgerTotals:
+    """The ledgers of the session `sid` (None: of all) summed; one not stored yet (after a cut) is replayed."""
+    summed = [0] * len(fields(LedgerTotals))
+    for found, text in driver.all(_LEDGERS if sid is None else _LEDGER_ONE, {"sid": sid}):
+        if text is not None:
+            ledger = Ledger.from_json(text)
+        else:
+            row = SessionRow(found, 0, 1, None)
+            replayed = replayed_ledger(driver, row, policy)
+            assert replayed is not None
+            ledger = replayed
+        summed = [a + b for a, b in zip(summed, astuple(ledger.totals()), strict=True)]
+    return LedgerTotals(*summed)
 
 
 def verify(
@@ -362,7 +391,16 @@ def verify(
         policy,
         count,
     )
-    return len(stored), list(mismatches)
+    return len(stored), [*mismatches, *_ledger_mismatches(driver, name, row, policy)]
+
+
+def _ledger_mismatches(driver: Driver, name: str, row: SessionRow, policy: Policy) -> list[Mismatch]:
+    """The stored ledger against a replay of the messages (none stored: after a cut, replayed when read)."""
+    replayed = replayed_ledger(driver, row, policy)
+    if row.ledger is None or (replayed is not None and replayed.to_json() == row.ledger):
+        return []
+    stored = Ledger.from_json(row.ledger).totals()
+    return [Mismatch(name, "session", "ledger", stored, None if replayed is None else replayed.totals())]
 
 
 def verify_sessions(

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .model import LIVE_VERDICTS, StoredMessage
+from .prices import LedgerTotals
 
 __all__ = [
     "Delta",
@@ -271,6 +272,10 @@ class Stats:
     over_budget_names: tuple[str, ...] = ()  # the first of them by name (up to 20)
     comebacks: int | None = 0  # steps that brought an evicted message back
     late_joins: int | None = 0  # steps in which a message other than the new one joined without coming back
+    # Under a policy with prices: the ledger summed over the sessions, and its cost and that of sending everything.
+    ledger: LedgerTotals | None = None
+    cost: float | None = None
+    cost_everything: float | None = None
 
     @property
     def reduction(self) -> float:
@@ -307,6 +312,7 @@ class SessionSummary:
     updated_at: int
     comebacks: int | None = 0
     late_joins: int | None = 0
+    ledger: LedgerTotals | None = None  # what its prompts cost so far, under a policy with prices
 
     @property
     def reduction(self) -> float:

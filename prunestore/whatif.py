@@ -2,11 +2,8 @@
 
 The session's messages are appended again, one by one, to an empty session
 in memory (the maintainer over `NoRows`, as `verify` replays a budget), and
-the prompt after each turn's last message is priced as docs/cost.md says:
-the part it shares with the previous turn's prompt is read from the cache,
-the rest written to it, and all of it written where the turn comes longer
-than the prices' `ttl` after the one before (a turn is sent at the time of
-its last message, `Message.at`). Each message counts the tokens stored with it.
+the prompt after each turn's last message is priced by the fold a store's
+ledger keeps (`prunestore.ledger`). Each message counts the tokens stored with it.
 Nothing is written. The replay reads the messages' derived columns, not
 their contents, and follows the prompt through the messages each step
 moves (`Maintainer.watch`), so a session costs what its messages do.
@@ -16,12 +13,12 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from dataclasses import dataclass
-from datetime import datetime
 from itertools import groupby
 
+from .engine.ledger import Ledger
 from .engine.maintainer import Maintainer
-from .engine.state import NoRows
-from .model import Policy, from_micros
+from .engine.state import MsgState, NoRows
+from .model import Policy
 from .prices import Prices
 from .sql.driver import Driver
 from .sql.rows import STATES_IN_ORDER, SessionRow, msg_state
@@ -67,58 +64,78 @@ class WhatIf:
         return self.cost_everything / self.cost if self.cost else 1.0
 
 
-def what_if(driver: Driver, name: str, row: SessionRow, policy: Policy, prices: Prices) -> WhatIf:
-    """Replay the session `row` (named `name`) under `policy` and price its prompts with `prices`."""
-    states = [msg_state(r) for r in driver.all(STATES_IN_ORDER, {"sid": row.session_id})]
-    stored = [s.verdict for s in states]
+def replay(states: list[MsgState], policy: Policy, prices: Prices) -> tuple[Maintainer, Ledger, int, int]:
+    """Append the states afresh to an empty session in memory under `policy`, pricing each turn with `prices`.
+
+    Returns the maintainer after the last, the ledger, and the peak and summed prompt tokens over the turns.
+    """
     for state in states:  # appended afresh: the stored verdicts are not an input
         state.visible, state.evicted = None, False
     maintainer = Maintainer(NoRows(), policy, 0, 0)
     moved = maintainer.watch()
+    ledger = Ledger(prices_ttl=prices.ttl)
     seqs: list[int] = []  # the prompt, in order
     sizes: list[int] = []  # the tokens of each, aligned with seqs
-    size = everything = 0
-    cost = cost_everything = mean = 0.0
-    peak = turns = breaks = expired = 0
-    sent_before: datetime | None = None
-    for _, turn in groupby(states, key=lambda s: s.turn):
-        before, last_before, written, had_prompt = size, (seqs[-1] if seqs else 0), 0, bool(seqs)
-        for state in turn:
-            maintainer.append(state)
-            moved.add(state)
-            written += state.tokens
-        sent = None if state.at is None else from_micros(state.at)  # a turn is sent after its last message
-        cold = turns > 0 and prices.expired(sent_before, sent)
-        sent_before = sent
-        everything += written
-        first_change = None  # the lowest seq that joined or left the prompt
+
+    def below(seq: int) -> tuple[int, int]:
+        i = bisect_left(seqs, seq)
+        return i, sum(sizes[:i])
+
+    peak = summed = 0
+    for number, turn in groupby(states, key=lambda s: s.turn):
+        ledger.start(number)
+        written = 0
+        for last in turn:
+            maintainer.append(last)
+            moved.add(last)
+            written += last.tokens
+        changes = []
         for state in moved:
             i = bisect_left(seqs, state.seq)
-            shown = i < len(seqs) and seqs[i] == state.seq
-            if shown == state.in_prompt:
+            if (i < len(seqs) and seqs[i] == state.seq) == state.in_prompt:
                 continue
             if state.in_prompt:
                 seqs.insert(i, state.seq)
                 sizes.insert(i, state.tokens)
-                size += state.tokens
             else:
                 del seqs[i], sizes[i]
-                size -= state.tokens
-            first_change = state.seq if first_change is None else min(first_change, state.seq)
+            changes.append((state.seq, state.tokens, state.in_prompt))
         moved.clear()
-        # The previous prompt is read from the cache up to the first message that joined or left before its end.
-        cached = before
-        if first_change is not None and first_change <= last_before:
-            cached = sum(sizes[: bisect_left(seqs, first_change)])
-            breaks += 1
-        if cold and had_prompt:  # the cache expired: the whole prompt is written again
-            cached, expired = 0, expired + 1
-        cost += prices.read * cached + prices.write * (size - cached)
-        cached_everything = 0 if cold else everything - written
-        cost_everything += prices.read * cached_everything + prices.write * (everything - cached_everything)
-        peak = max(peak, size)
-        mean += size
-        turns += 1
+        ledger.step(changes, written, last.seq, last.at, below)  # a turn is sent after its last message
+        peak = max(peak, ledger.tokens)
+        summed += ledger.tokens
+    return maintainer, ledger, peak, summed
+
+
+def stored_states(driver: Driver, row: SessionRow) -> list[MsgState]:
+    return [msg_state(r) for r in driver.all(STATES_IN_ORDER, {"sid": row.session_id})]
+
+
+def stored_ledger(driver: Driver, row: SessionRow, policy: Policy) -> Ledger:
+    """The locked session's ledger under `policy` (which names prices): as stored, or replayed where there is none."""
+    assert policy.prices is not None
+    if row.ledger is not None:
+        return Ledger.from_json(row.ledger, policy.prices)
+    if not row.last_seq:
+        return Ledger(prices_ttl=policy.prices.ttl)
+    replayed = replayed_ledger(driver, row, policy)
+    assert replayed is not None
+    return replayed
+
+
+def replayed_ledger(driver: Driver, row: SessionRow, policy: Policy) -> Ledger | None:
+    """The session's ledger replayed from its stored messages under `policy` (None where it names no prices)."""
+    if policy.prices is None:
+        return None
+    return replay(stored_states(driver, row), policy, policy.prices)[1]
+
+
+def what_if(driver: Driver, name: str, row: SessionRow, policy: Policy, prices: Prices) -> WhatIf:
+    """Replay the session `row` (named `name`) under `policy` and price its prompts with `prices`."""
+    states = stored_states(driver, row)
+    stored = [s.verdict for s in states]
+    maintainer, ledger, peak, summed = replay(states, policy, prices)
+    totals = ledger.totals()
     counters = maintainer.prompt.counters if maintainer.prompt is not None else None
     changed = [s.id for s, verdict in zip(maintainer.new, stored, strict=True) if s.verdict != verdict]
     return WhatIf(
@@ -126,16 +143,16 @@ def what_if(driver: Driver, name: str, row: SessionRow, policy: Policy, prices: 
         policy=policy,
         prices=prices,
         messages=len(states),
-        turns=turns,
-        cost=cost,
-        cost_everything=cost_everything,
+        turns=totals.turns,
+        cost=totals.cost(prices),
+        cost_everything=totals.cost_everything(prices),
         peak=peak,
-        mean=mean / turns if turns else 0.0,
-        breaks=breaks,
+        mean=summed / totals.turns if totals.turns else 0.0,
+        breaks=totals.breaks,
         events=counters.events if counters else 0,
         comebacks=(counters.comebacks or 0) if counters else 0,
         late_joins=(counters.late_joins or 0) if counters else 0,
-        expired=expired,
+        expired=totals.expired,
         changed=len(changed),
         changed_ids=tuple(changed[:SAMPLE]),
     )

@@ -24,7 +24,8 @@ MODULES = {
 
 # From the ground up: a module may import its own floor and the floors below it, never one above.
 FLOORS = [
-    {"prunestore.errors", "prunestore.text", "prunestore.frozen"},
+    {"prunestore.errors", "prunestore.text", "prunestore.frozen", "prunestore.clock"},
+    {"prunestore.prices"},
     {"prunestore.model"},
     {
         "prunestore.prune",
@@ -32,7 +33,6 @@ FLOORS = [
         "prunestore.jsonl",
         "prunestore.formats",
         "prunestore.tokens",
-        "prunestore.prices",
     },
     {"prunestore.engine"},
     {"prunestore.sql"},

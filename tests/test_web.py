@@ -205,6 +205,34 @@ def test_a_budget_shows_its_line_and_removal_events(tmp_path, browser, shots):
     assert all(r["shown"] for r in rows if r["verdict"] == "pending")
 
 
+def test_a_policy_with_prices_shows_the_ledger_on_the_sessions_and_session_pages(tmp_path, browser, shots):
+    url = f"sqlite:///{tmp_path / 'priced.db'}"
+    policy = Policy(budget=6000, clear_at_least=3000, prices="anthropic-1h")
+    with PruneStore(url, policy=policy) as store:
+        for name, turns in (("agent", 120), ("short", 10)):
+            for messages in generate("agent", turns).by_turn():
+                store.append(name, messages)
+        ledgers = {name: store.stats(name) for name in ("agent", "short")}
+    with serving(url) as (base, _):
+        browser.get(base + "/")
+        browser.save_screenshot(str(shots / "sessions-ledger.png"))
+        shown = {
+            row.find_element(By.CSS_SELECTOR, ".name").text: (
+                row.find_element(By.CSS_SELECTOR, ".cost").text,
+                row.find_element(By.CSS_SELECTOR, ".everything").text,
+            )
+            for row in browser.find_elements(By.CSS_SELECTOR, "#sessions tr.session")
+        }
+        assert shown == {n: (f"{s.cost:,.0f}", f"{s.cost_everything:,.0f}") for n, s in ledgers.items()}
+        browser.get(session_url(base, "agent"))
+        agent = ledgers["agent"]
+        assert browser.find_element(By.CSS_SELECTOR, "#cost b").text == f"{agent.cost:,.0f}"
+        everything = browser.find_element(By.ID, "cost-everything").text
+        assert everything.startswith(f"{agent.cost_everything:,.0f}")
+        assert f"({agent.cost_everything / agent.cost:.2f}x)" in everything
+    assert agent.cost < agent.cost_everything  # the budget keeps the prompt a cached prefix between events
+
+
 WIRE = """return Array.from(document.querySelectorAll('#wire .msg.wire')).map(e => ({
     role: e.dataset.role,
     parts: Array.from(e.querySelectorAll('.part')).map(p => [p.dataset.kind, p.dataset.call || null])}))"""

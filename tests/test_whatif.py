@@ -48,6 +48,71 @@ def expected(messages: list[Message], policy: Policy, prices: Prices, tokens: di
     return ours, theirs, prune(messages, policy=policy)
 
 
+def _pieces(messages: list[Message], cuts: list[int]) -> list[list[Message]]:
+    bounds = [0, *cuts, len(messages)]
+    return [messages[a:b] for a, b in itertools.pairwise(bounds) if a < b]
+
+
+def _check_ledger(store, session: str, messages: list[Message], policy: Policy) -> None:
+    """The stored ledger equals `prune` per turn priced by `prompt_costs`, for the messages stored so far."""
+    assert policy.prices is not None
+    tokens = {m.id: m.tokens for m in store.messages(session)}
+    ours, theirs, _ = expected(messages, policy, policy.prices, tokens)
+    got = store.stats(session)
+    assert got.ledger is not None and got.cost is not None and got.cost_everything is not None
+    assert (got.ledger.turns, got.ledger.breaks, got.ledger.expired) == (ours.turns, ours.breaks, ours.expired)
+    assert got.cost == pytest.approx(ours.cost) and got.cost_everything == pytest.approx(theirs.cost)
+    assert got.ledger.read + got.ledger.written == round(ours.mean * ours.turns)
+    assert store.summary(session).ledger in (got.ledger, None)  # None only after a cut, until the next write
+
+
+PRICED = [
+    Policy(prices=PRICES["anthropic-5m"]),
+    Policy(budget=11, clear_at_least=3, prices=PRICES["openai"]),
+    Policy(budget=11, clear_at_least=3, evict="definers_last", prices=Prices(ttl=45)),
+    Policy(budget=9, restore="direct", evict="definers_last", prices=Prices(read=0.5, write=1.0, ttl=None)),
+    Policy(budget=13, clear_at_least=6, cache_ttl=60, prices=PRICES["anthropic-1h"]),
+]
+
+
+@pytest.mark.parametrize("policy", PRICED, ids=["passes", "budget", "definers-last", "direct", "cache-ttl"])
+@settings(max_examples=15)
+@given(data=st.data())
+def test_the_ledger_after_every_append_prices_the_turns_prune_gives(open_store, policy, data):
+    """Appends of any size (a turn over several, several turns in one), then a cut and more appends."""
+    store = open_store(policy)
+    ms = data.draw(sessions(min_size=1, max_size=16))
+    cuts = sorted(data.draw(st.sets(st.integers(1, max(len(ms) - 1, 1)), max_size=6))) if len(ms) > 1 else []
+    session = f"l{next(_names)}"
+    done: list[Message] = []
+    for piece in _pieces(ms, cuts):
+        store.append(session, piece)
+        done.extend(piece)
+        _check_ledger(store, session, done, policy)
+    keep = data.draw(st.integers(1, len(done)))
+    store.truncate(session, done[keep - 1].id)
+    del done[keep:]
+    _check_ledger(store, session, done, policy)
+    more = [Message(f"{m.id}-again", m.role, m.content, done[-1].turn + m.turn, at=m.at) for m in ms[:3]]
+    store.append(session, more)
+    _check_ledger(store, session, done + more, policy)
+    assert store.verify(session).ok
+
+
+def test_verify_finds_a_ledger_that_is_not_the_replay_of_the_messages(open_store):
+    store = open_store(Policy(budget=11, clear_at_least=3, prices="openai"))
+    store.append("s", [Message(f"m{t}", "user", f"fact {t} DEFINE:k{t}", t) for t in range(1, 9)])
+    store.append("s", Message("r", "user", "REF:k1", 9))
+    assert store.verify("s").ok
+    wrong = store.stats("s").ledger
+    with store.engine.begin() as conn:
+        conn.exec_driver_sql("UPDATE prunestore_sessions SET ledger = replace(ledger, '[[', '[[1') ")
+    (found,) = store.verify("s").mismatches
+    assert (found.what, found.subject, found.expected) == ("session", "ledger", wrong)
+    store.rebuild("s")
+    assert store.verify("s").ok and store.stats("s").ledger == wrong
+
+
 @pytest.mark.parametrize("stored_under", [Policy(), Policy(budget=11, clear_at_least=3)], ids=["plain", "budget"])
 @settings(max_examples=25)
 @given(data=st.data())

@@ -29,7 +29,8 @@ import heapq
 from collections import Counter
 from collections.abc import Iterable
 
-from ..model import DUPLICATE, ERASED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy, past_ttl
+from ..clock import past_ttl
+from ..model import DUPLICATE, ERASED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows

@@ -11,6 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from ..clock import micros
 from ..model import (
     EVICTED,
     KEPT,
@@ -21,7 +22,6 @@ from ..model import (
     effective_defines,
     effective_refs,
     encode_metadata,
-    micros,
 )
 from ..text import content_hash
 
@@ -144,6 +144,10 @@ class Rows(Protocol):
         """The stored message's `MsgState.at`."""
         ...
 
+    def in_prompt_between(self, lo: int, hi: int) -> tuple[int, int]:
+        """How many stored messages with lo <= seq < hi are in the prompt, and their tokens (as stored)."""
+        ...
+
 
 class NoRows:
     """`Rows` of a session with nothing stored: a maintainer over it is an in-memory replay."""
@@ -171,6 +175,9 @@ class NoRows:
 
     def time_of(self, seq: int) -> int | None:
         return None
+
+    def in_prompt_between(self, lo: int, hi: int) -> tuple[int, int]:
+        return 0, 0
 
 
 class Index(Protocol):

@@ -24,6 +24,7 @@ from .rows import (
     EXPIRING_BEFORE,
     FIRST_HOLDER_AFTER,
     HELD_AFTER,
+    IN_PROMPT_BETWEEN,
     INSERT_HOLDER,
     INSERT_MESSAGE,
     INSERT_REF,
@@ -38,6 +39,7 @@ from .rows import (
     UPDATE_VERDICT,
     UPSERT_KEY,
     SessionRow,
+    counted,
     first_value,
     key_state,
     key_with_definer,
@@ -89,6 +91,9 @@ class LockedRows:
 
     def time_of(self, seq: int) -> int | None:
         return self.driver.scalar(TIME_OF, {"sid": self.sid, "seq": seq})
+
+    def in_prompt_between(self, lo: int, hi: int) -> tuple[int, int]:
+        return counted(self.driver.first(IN_PROMPT_BETWEEN, {"sid": self.sid, "lo": lo, "hi": hi}))
 
     def message_row(
         self,

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
+from dataclasses import replace
 from operator import itemgetter
 from typing import NamedTuple
 
+from ..clock import from_micros
+from ..engine.ledger import Ledger
 from ..engine.prompt import PromptCounters
 from ..engine.state import KeyState, MsgState, Totals
 from ..frozen import freeze
@@ -22,7 +25,6 @@ from ..model import (
     PASS_1_SURVIVORS,
     SURVIVING_VERDICTS,
     StoredMessage,
-    from_micros,
     was_restored,
 )
 from ..results import HistoryPoint, SessionSummary
@@ -86,9 +88,9 @@ _MESSAGE_COLUMNS = (
 # Rows are found by id (`sessionids`); the name read with them tells a collision apart.
 _SESSION_COLUMNS = (
     "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
-    "comebacks, late_joins, tokens, live_tokens, policy_generation, name"
+    "comebacks, late_joins, tokens, live_tokens, policy_generation, name, ledger"
 )
-SESSION_WIDTH = 14
+SESSION_WIDTH = 15
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
 _WITH_IDS = (
@@ -122,7 +124,7 @@ UPDATE_SESSION = Statement(
     "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
     "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
     "comebacks = :comebacks, late_joins = :late_joins, tokens = :tokens, live_tokens = :live_tokens, "
-    "policy_generation = :generation, updated_at = :now "
+    "policy_generation = :generation, ledger = :ledger, updated_at = :now "
     "WHERE session_id = :sid"
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
@@ -168,6 +170,17 @@ HELD_AFTER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND held = 1 AND seq > :after "
     "AND seq < :cursor ORDER BY seq LIMIT :limit"
 )
+IN_PROMPT_BETWEEN = Statement(
+    "SELECT count(*), coalesce(sum(tokens), 0) FROM prunestore_messages WHERE session_id = :sid "
+    f"AND seq >= :lo AND seq < :hi AND {IN_PROMPT}"
+)
+
+
+def counted(row) -> tuple[int, int]:
+    """An `IN_PROMPT_BETWEEN` row: messages and tokens."""
+    return (int(row[0]), int(row[1])) if row else (0, 0)
+
+
 LIVE_AFTER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq > :after "
     f"AND verdict IN {sql_set(SURVIVING_VERDICTS)} ORDER BY seq LIMIT :limit"
@@ -266,8 +279,10 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
 
 def session_row(row) -> tuple[SessionRow, str]:
     """A row selected with the session's columns (`SELECT_SESSION` and the locks): the row, and its name."""
-    sid, turn, last_seq, stamp, *prompt, tokens, live, generation, name = row[:SESSION_WIDTH]
-    return SessionRow(sid, turn, last_seq, stamp, PromptCounters(*prompt), Totals(tokens, live), generation), name
+    sid, turn, last_seq, stamp, *prompt, tokens, live, generation, name, ledger = row[:SESSION_WIDTH]
+    session = SessionRow(sid, turn, last_seq, stamp, PromptCounters(*prompt), Totals(tokens, live), generation)
+    session.ledger = ledger
+    return session, name
 
 
 def joined_message(row, postgres: bool) -> StoredMessage | None:
@@ -288,13 +303,14 @@ def keyed_message(row) -> tuple[str, StoredMessage]:
 
 # A session's counts, in the order of `SessionSummary`'s fields, read from its row alone.
 SUMMARY_COLUMNS = (
-    "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at, comebacks, late_joins"
+    "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at, comebacks, late_joins, ledger"
 )
 
 
 def session_summary(row) -> SessionSummary:
     """A row selected with `SUMMARY_COLUMNS`."""
-    return SessionSummary(*row)
+    summary = SessionSummary(*row[:-1])
+    return summary if row[-1] is None else replace(summary, ledger=Ledger.from_json(row[-1]).totals())
 
 
 # One point of a session's history, in the order of `HistoryPoint`'s fields: the columns an append's last message holds.
@@ -397,10 +413,11 @@ class SessionRow:
 
     `generation` is that of the store settings its state was computed under
     (`prunestore.sql.settings`); `UNSETTLED` for a session created in this
-    transaction, which takes the settings' own.
+    transaction, which takes the settings' own. `ledger` is the stored ledger's JSON (`prunestore.ledger`), or
+    None.
     """
 
-    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals", "generation")
+    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals", "generation", "ledger")
 
     def __init__(
         self,
@@ -419,6 +436,7 @@ class SessionRow:
         self.stamp = stamp
         self.prompt = prompt or PromptCounters()
         self.totals = totals or Totals()
+        self.ledger: str | None = None
 
 
 DEFINERS = Statement(

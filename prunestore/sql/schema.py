@@ -60,6 +60,8 @@ SESSIONS = sa.Table(
     sa.Column("live_tokens", sa.BigInteger, nullable=False, server_default="0"),
     # The generation of the store's settings (policy, tokenizer) the session's state was computed under.
     sa.Column("policy_generation", sa.BigInteger, nullable=False, server_default="0"),
+    # What its prompts cost so far under the policy's prices (`prunestore.ledger`), as JSON; NULL without prices.
+    sa.Column("ledger", sa.Text),
     # Pages of names; not unique, since a unique index would span every partition or shard.
     sa.Index("prunestore_sessions_name", "name"),
 )

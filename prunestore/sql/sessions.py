@@ -80,6 +80,7 @@ def update_session(
         "tokens": totals.tokens,
         "live_tokens": totals.live_tokens,
         "generation": session.generation,
+        "ledger": session.ledger,
         "now": int(time.time()),
     }
     driver.run(UPDATE_SESSION, params)

@@ -245,7 +245,9 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             raise HTTPException(400, f"sort={order[:30]!r}: must be one of {', '.join(SORTS)}")
         last: str | SessionSummary | None = after
         if order != "name" and after is not None:  # the previous page's last row, as its link names it
-            counts = dict.fromkeys(("messages", "tokens", "live_tokens", "current_turn", "events", "created_at"), 0)
+            counts: dict[str, Any] = dict.fromkeys(
+                ("messages", "tokens", "live_tokens", "current_turn", "events", "created_at"), 0
+            )
             last = SessionSummary(after, **{**counts, "updated_at": 0, order: _count(request, "value")})
         rows = store.summaries(prefix, limit=PAGE_SIZE + 1, after=last, order=order)  # one more: a next page?
         rows, more = rows[:PAGE_SIZE], rows[PAGE_SIZE - 1] if len(rows) > PAGE_SIZE else None
@@ -262,6 +264,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             order=order,
             sorts=SORTS,
             count=count,
+            prices=store.policy.prices,
         )
 
     def session(request: Request) -> Response:
@@ -292,6 +295,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             more=more,
             roles=sorted(ROLES),
             marks=marks,
+            prices=store.policy.prices,
         )
 
     def message(request: Request) -> Response:
