@@ -233,6 +233,7 @@ def append_locked(
         return Delta()
     stamp_times(fresh, policy)
     maintainer: Maintainer | FirstAppend
+    spent = None
     prompt_before = row.prompt.copy() if policy.gathers else None
     if row.last_seq == 0 and not policy.gathers and policy.prices is None:
         maintainer = FirstAppend(fresh, policy, row.current_turn)
@@ -249,6 +250,7 @@ def append_locked(
                 pricing.append(state)
             pricing.step()
             row.ledger = pricing.ledger.to_json()
+            spent = pricing.ledger.spent(policy.prices)
     prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
     changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
     holders_added, holders_removed = maintainer.hash_holder_changes()
@@ -264,6 +266,7 @@ def append_locked(
         journal=journal_entry(row.current_turn, changed, keys, holders_removed, prompt_before, (before, stamp)),
         prompt=prompt,
         stamp=stamp,
+        spent=spent,
     )
     if writes is not None:
         seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]

@@ -43,7 +43,8 @@ _UPDATE_KEYS_AND_HASH = Statement(
 )
 _RECORD_HISTORY = Statement(
     "UPDATE prunestore_messages SET tokens_after = :tokens, live_tokens_after = :live_tokens, events_after = :events, "
-    "generation_after = :generation WHERE session_id = :sid AND seq = :seq"
+    "generation_after = :generation, cost_after = :cost, everything_after = :everything "
+    "WHERE session_id = :sid AND seq = :seq"
 )
 _SEQ_OF = Statement("SELECT seq FROM prunestore_messages WHERE session_id = :sid AND id = :id")
 VERDICTS_FROM = Statement(
@@ -118,6 +119,8 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
             "generation": row.generation,
             **row.totals._asdict(),
         }
+        spent = ledger.spent(policy.prices) if ledger is not None and policy.prices is not None else (None, None)
+        history["cost"], history["everything"] = spent
         driver.run(_RECORD_HISTORY, history)
 
 

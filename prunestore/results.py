@@ -359,3 +359,7 @@ class HistoryPoint:
     live_tokens: int
     events: int
     generation: int = 0  # of the store's settings the append was written under (`PruneStore.policies`)
+    # Under a policy with prices: the ledger's cost and the cost of sending everything, summed over the
+    # turns so far (docs/cost.md); None without prices.
+    cost: float | None = None
+    cost_everything: float | None = None

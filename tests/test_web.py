@@ -213,6 +213,7 @@ def test_a_policy_with_prices_shows_the_ledger_on_the_sessions_and_session_pages
             for messages in generate("agent", turns).by_turn():
                 store.append(name, messages)
         ledgers = {name: store.stats(name) for name in ("agent", "short")}
+        turns = len(per_turn(store.history("agent")))
     with serving(url) as (base, _):
         browser.get(base + "/")
         browser.save_screenshot(str(shots / "sessions-ledger.png"))
@@ -230,6 +231,19 @@ def test_a_policy_with_prices_shows_the_ledger_on_the_sessions_and_session_pages
         everything = browser.find_element(By.ID, "cost-everything").text
         assert everything.startswith(f"{agent.cost_everything:,.0f}")
         assert f"({agent.cost_everything / agent.cost:.2f}x)" in everything
+        browser.find_element(By.ID, "chart").click()
+        browser.save_screenshot(str(shots / "chart-cost.png"))
+        drawn = browser.find_element(By.ID, "cost-chart")
+        assert float(drawn.get_attribute("data-cost")) == pytest.approx(agent.cost)
+        assert float(drawn.get_attribute("data-cost-everything")) == pytest.approx(agent.cost_everything)
+        lines = {
+            line: [float(xy.split(",")[1]) for xy in browser.find_element(By.ID, line).get_attribute("points").split()]
+            for line in ("cost-line", "cost-everything-line")
+        }
+    for ys in lines.values():  # one point a turn, the cost so far never falling (a smaller y is higher)
+        assert len(ys) == turns
+        assert ys == sorted(ys, reverse=True)
+    assert lines["cost-line"][-1] > lines["cost-everything-line"][-1]
     assert agent.cost < agent.cost_everything  # the budget keeps the prompt a cached prefix between events
 
 

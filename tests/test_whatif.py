@@ -56,7 +56,8 @@ def _pieces(messages: list[Message], cuts: list[int]) -> list[list[Message]]:
 def _check_ledger(store, session: str, messages: list[Message], policy: Policy) -> None:
     """The stored ledger equals `prune` per turn priced by `prompt_costs`, for the messages stored so far."""
     assert policy.prices is not None
-    tokens = {m.id: m.tokens for m in store.messages(session)}
+    stored = store.messages(session)
+    tokens = {m.id: m.tokens for m in stored}
     ours, theirs, _ = expected(messages, policy, policy.prices, tokens)
     got = store.stats(session)
     assert got.ledger is not None and got.cost is not None and got.cost_everything is not None
@@ -64,6 +65,9 @@ def _check_ledger(store, session: str, messages: list[Message], policy: Policy) 
     assert got.cost == pytest.approx(ours.cost) and got.cost_everything == pytest.approx(theirs.cost)
     assert got.ledger.read + got.ledger.written == round(ours.mean * ours.turns)
     assert store.summary(session).ledger in (got.ledger, None)  # None only after a cut, until the next write
+    last = store.history(session)[-1]
+    if last.seq == stored[-1].seq:  # the history's point of the last append (a cut inside one leaves none)
+        assert (last.cost, last.cost_everything) == (pytest.approx(got.cost), pytest.approx(got.cost_everything))
 
 
 PRICED = [

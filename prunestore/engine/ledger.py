@@ -116,6 +116,11 @@ class Ledger:
     def totals(self) -> LedgerTotals:
         return LedgerTotals(*(a + b for a, b in zip(self.closed, self._open(), strict=True)))
 
+    def spent(self, prices: Prices) -> tuple[float, float]:
+        """The cost so far and the cost of sending everything, as a session's history records them."""
+        totals = self.totals()
+        return totals.cost(prices), totals.cost_everything(prices)
+
     # -- storage -------------------------------------------------------------
 
     def to_json(self) -> str:

@@ -49,6 +49,9 @@ from .rows import (
 from .sessions import update_session
 from .values import encode_content, join_keys
 
+# The history columns of every message but an append's last (`INSERT_MESSAGE`'s last six).
+NO_HISTORY = (None,) * 6
+
 
 class LockedRows:
     """`engine.state.Rows` over one locked session, plus the write-back of a `Maintainer`."""
@@ -100,9 +103,10 @@ class LockedRows:
         state: MsgState,
         held: bool,
         journal: str | None = None,
-        history: tuple[int, int, int, int] | None = None,
+        history: tuple | None = None,
     ) -> tuple:
-        """The values of `INSERT_MESSAGE`, in its column order; `history` goes on an append's last message."""
+        """The values of `INSERT_MESSAGE`, in its column order; `history` goes on an append's last message:
+        totals, events, generation, and what was spent (`write_back`)."""
         m = state.message
         assert m is not None
         content, escaped = encode_content(m.content, self.escape_nul)
@@ -128,8 +132,8 @@ class LockedRows:
             state.verdict,
             int(held),
             journal,
-            *(history or (None, None, None, None)),
             state.at,
+            *(history or NO_HISTORY),
         )
 
     def write_back(
@@ -145,11 +149,13 @@ class LockedRows:
         prompt: PromptCounters | None = None,
         totals: Totals | None = None,
         stamp: int | None = None,
+        spent: tuple[float, float] | None = None,
     ) -> None:
         """Write what an append (or a rebuild) changed: a few executemany calls, one round trip on PostgreSQL.
 
         `journal` is the undo entry of an append (see `undo.journal_entry`), stored on its first message,
-        and `stamp` the session's new stamp that it names (None: a new one).
+        and `stamp` the session's new stamp that it names (None: a new one); `spent`, the ledger's cost and
+        the cost of sending everything so far, goes into the history beside the totals.
         The token totals follow from what changed, unless given (a rebuild counts them afresh).
         """
         totals = totals or self.session.totals.after(new, changed)
@@ -166,16 +172,29 @@ class LockedRows:
                 prompt,
                 totals,
                 stamp,
+                spent,
             )
 
     def _write_back(
-        self, new, changed, keys, holders_added, holders_removed, current_turn, last_seq, journal, prompt, totals, stamp
+        self,
+        new,
+        changed,
+        keys,
+        holders_added,
+        holders_removed,
+        current_turn,
+        last_seq,
+        journal,
+        prompt,
+        totals,
+        stamp,
+        spent,
     ) -> None:
         sid, run_many = self.sid, self.driver.run_many
         held = (prompt or PromptCounters()).held_below
         if new:
             row, last = self.message_row, len(new) - 1
-            history = (*totals, (prompt or PromptCounters()).events, self.session.generation)
+            history = (*totals, (prompt or PromptCounters()).events, self.session.generation, *(spent or (None, None)))
             run_many(
                 INSERT_MESSAGE,
                 [

@@ -78,7 +78,7 @@ TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, tokens_given, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
-    "tokens_after, live_tokens_after, events_after, generation_after, said_at"
+    "said_at, tokens_after, live_tokens_after, events_after, generation_after, cost_after, everything_after"
 )
 
 
@@ -314,7 +314,9 @@ def session_summary(row) -> SessionSummary:
 
 
 # One point of a session's history, in the order of `HistoryPoint`'s fields: the columns an append's last message holds.
-HISTORY_COLUMNS = "seq, turn, tokens_after, live_tokens_after, events_after, generation_after"
+HISTORY_COLUMNS = (
+    "seq, turn, tokens_after, live_tokens_after, events_after, generation_after, cost_after, everything_after"
+)
 
 
 def history_point(row) -> HistoryPoint:

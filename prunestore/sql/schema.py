@@ -111,6 +111,10 @@ MESSAGES = sa.Table(
     sa.Column("tokens_given", sa.SmallInteger, nullable=False, server_default="0"),
     # `Message.at` in microseconds since 1970 (UTC), or NULL: what a policy's `cache_ttl` measures.
     sa.Column("said_at", sa.BigInteger),
+    # On the last message of each append, under a policy with prices: the ledger's cost and the cost of
+    # sending everything, summed over the turns so far (docs/cost.md); NULL elsewhere.
+    sa.Column("cost_after", sa.Float),
+    sa.Column("everything_after", sa.Float),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),

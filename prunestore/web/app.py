@@ -48,7 +48,7 @@ from ..model import LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry, SessionSummary
 from ..sql import db
 from ..store import PruneStore
-from .chart import tokens_chart
+from .chart import cost_chart, tokens_chart
 from .prompt import CallMark, call_marks, format_of, prompt_page
 
 PAGE_SIZE = 50  # sessions per page
@@ -323,7 +323,8 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         history = store.history(name)
         budgets = {generation: policy.budget for generation, policy in store.policies().items()}
         drawn = tokens_chart(history, store.policy.budget, budgets)
-        return page(request, "chart.html", name=name, chart=drawn, budget=store.policy.budget)
+        costs = cost_chart(history)
+        return page(request, "chart.html", name=name, chart=drawn, budget=store.policy.budget, costs=costs)
 
     def failed(request: Request, exc: Exception) -> Response:
         if isinstance(exc, HTTPException):

@@ -1,4 +1,5 @@
-"""The chart of a session's prompt: tokens per turn before and after pruning, as SVG coordinates.
+"""The charts of a session's prompt: tokens per turn before and after pruning, and its cost so far, as SVG
+coordinates.
 
 Pure geometry over `HistoryPoint`s, no I/O: the page's template draws what
 this computes. A turn's point is the last append that ended in it, so a
@@ -7,7 +8,7 @@ turn stored inside a larger append (an import) has no point of its own.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from itertools import groupby
 
@@ -101,16 +102,7 @@ def tokens_chart(
         return budget_of.get(point.generation, budget)
 
     y_end = _nice(max([p.tokens for p in turns] + [budget or 0, 1] + [b for b in budget_of.values() if b]))
-    first = turns[0].turn if turns else 0
-    last = turns[-1].turn if turns else 1
-    x_scale, y_scale = (right - left) / max(last - first, 1), (bottom - top) / y_end
-
-    def x(turn: int) -> float:
-        return round(left + (turn - first) * x_scale, 1)
-
-    def y(tokens: int) -> float:
-        return round(bottom - tokens * y_scale, 1)
-
+    x, y, x_ticks, y_ticks = _frame(turns, y_end)
     xs = [x(p.turn) for p in turns]
     after = tuple(zip(xs, [y(p.live_tokens) for p in turns], strict=True))
     events: list[tuple[float, int, int]] = []
@@ -135,7 +127,6 @@ def tokens_chart(
             start = p
         previous = p
     close(float(right))
-    step = max(1, (last - first) // 8)
     return Chart(
         width=WIDTH,
         height=HEIGHT,
@@ -149,7 +140,60 @@ def tokens_chart(
         budget_y=y(budget) if budget is not None else None,
         budgets=tuple(segments),
         changes=tuple(changes),
-        x_ticks=tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step)),
-        y_ticks=tuple(Tick(y(round(y_end * i / 4)), f"{round(y_end * i / 4):,}") for i in range(5)),
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
         plot=(left, top, right, bottom),
+    )
+
+
+def _frame(
+    turns: list[HistoryPoint], y_end: float
+) -> tuple[Callable[[int], float], Callable[[float], float], tuple[Tick, ...], tuple[Tick, ...]]:
+    """The plot's scales over `turns` (x: turn, y: 0 to `y_end`) and the ticks of both axes."""
+    left, top, right, bottom = LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM
+    first = turns[0].turn if turns else 0
+    last = turns[-1].turn if turns else 1
+    x_scale, y_scale = (right - left) / max(last - first, 1), (bottom - top) / y_end
+
+    def x(turn: int) -> float:
+        return round(left + (turn - first) * x_scale, 1)
+
+    def y(value: float) -> float:
+        return round(bottom - value * y_scale, 1)
+
+    step = max(1, (last - first) // 8)
+    x_ticks = tuple(Tick(x(t), str(t)) for t in range(first, last + 1, step))
+    y_ticks = tuple(Tick(y(round(y_end * i / 4)), f"{round(y_end * i / 4):,}") for i in range(5))
+    return x, y, x_ticks, y_ticks
+
+
+@dataclass(frozen=True)
+class CostChart:
+    width: int
+    height: int
+    turns: tuple[HistoryPoint, ...]  # one per turn that recorded a cost, in order (thinned as `Chart.turns`)
+    cost: str  # SVG polyline points, one per turn: the cost so far, pruned
+    everything: str  # the same, sending everything
+    x_ticks: tuple[Tick, ...]
+    y_ticks: tuple[Tick, ...]
+    plot: tuple[float, float, float, float]  # left, top, right, bottom
+
+
+def cost_chart(points: list[HistoryPoint]) -> CostChart | None:
+    """The cost so far at each turn, pruned and sending everything; None where no append recorded a cost
+    (a policy without prices)."""
+    priced = [p for p in per_turn(points) if p.cost is not None and p.cost_everything is not None]
+    if not priced:
+        return None
+    turns = thinned(priced, WIDTH - RIGHT - LEFT)
+    x, y, x_ticks, y_ticks = _frame(turns, _nice(max(max(p.cost_everything or 0, p.cost or 0) for p in turns) or 1))
+    return CostChart(
+        width=WIDTH,
+        height=HEIGHT,
+        turns=tuple(turns),
+        cost=" ".join(f"{x(p.turn)},{y(p.cost or 0)}" for p in turns),
+        everything=" ".join(f"{x(p.turn)},{y(p.cost_everything or 0)}" for p in turns),
+        x_ticks=x_ticks,
+        y_ticks=y_ticks,
+        plot=(LEFT, TOP, WIDTH - RIGHT, HEIGHT - BOTTOM),
     )
