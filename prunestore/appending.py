@@ -33,7 +33,8 @@ from .model import (
 from .results import Delta
 from .sql.driver import Driver
 from .sql.locked_rows import AheadRows, LockedRows, read_ahead
-from .sql.rows import MESSAGES_BY_ID, SessionRow, stored_message
+from .sql.rows import MESSAGES_BY_ID, stored_message
+from .sql.session_row import SessionRow
 from .sql.sessions import lock_session_for_append, new_stamp
 from .sql.undo import journal_entry
 from .text import count_tokens

@@ -18,7 +18,7 @@ from .lifecycle import VERDICTS_FROM, delta_between, rebuild_session
 from .model import ERASED, Policy, check_identifier
 from .results import Erasure
 from .sql.driver import Driver, Statement
-from .sql.rows import SessionRow
+from .sql.session_row import SessionRow
 
 _FIND = Statement("SELECT seq, id, role FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 _ERASE = Statement(

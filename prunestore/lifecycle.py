@@ -20,18 +20,9 @@ from .results import Delta
 from .sql.calls import write_calls
 from .sql.driver import Driver, Statement
 from .sql.locked_rows import LockedRows, write_refs
-from .sql.rows import (
-    ALL_MESSAGES,
-    AUDIT,
-    DELETE_HOLDER,
-    FULL_COLUMNS,
-    SessionRow,
-    audited,
-    hashed,
-    stored_message,
-    verdict_row,
-)
+from .sql.rows import ALL_MESSAGES, AUDIT, DELETE_HOLDER, FULL_COLUMNS, audited, hashed, stored_message, verdict_row
 from .sql.schema import MESSAGES
+from .sql.session_row import SessionRow
 from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
 from .sql.undo import CLEAR_JOURNAL, Undo, apply_undo, last_append_at_or_before, read_undo
 from .sql.values import join_keys

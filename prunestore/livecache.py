@@ -40,13 +40,12 @@ from .sql.rows import (
     IN_PROMPT,
     LIVE_BY_SEQ,
     LIVE_MESSAGES,
-    SessionRow,
     content_column,
-    live_params,
     metadata_column,
     seq_column,
     stored_message,
 )
+from .sql.session_row import SessionRow, live_params
 from .sql.undo import changed_since
 from .views import CachedView, Form, Prompt, View, ViewLinks
 

@@ -48,7 +48,6 @@ from .sql.rows import (
     FULL_COLUMNS,
     HISTORY_COLUMNS,
     SUMMARY_COLUMNS,
-    SessionRow,
     audited,
     hashed,
     history_point,
@@ -57,6 +56,7 @@ from .sql.rows import (
     sql_set,
     with_length,
 )
+from .sql.session_row import SessionRow
 from .sql.undo import changed_by_append
 from .whatif import replayed_ledger
 

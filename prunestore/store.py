@@ -37,7 +37,8 @@ from .model import (
 from .results import Delta, Erasure
 from .sql import db
 from .sql.driver import Driver
-from .sql.rows import SessionRow, stored_message
+from .sql.rows import stored_message
+from .sql.session_row import SessionRow
 from .sql.sessions import UNSETTLED, SessionState, delete_rows, lock_session, lock_session_for_append
 from .sql.settings import (
     Settings,

@@ -22,7 +22,8 @@ from .results import Entry, Explanation, GcReport, HistoryPoint, SessionSummary,
 from .sql import db
 from .sql.calls import prompt_rows
 from .sql.driver import Driver
-from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, SessionRow, stored_message
+from .sql.rows import ALL_MESSAGES, MESSAGES_BY_ID, stored_message
+from .sql.session_row import SessionRow
 from .sql.sessions import find_session
 from .sql.settings import Settings, recorded_policies
 from .views import Form, Prompt
@@ -307,16 +308,19 @@ class StoreReads:
         """Replay the session under `policy` (default: the store's) without writing, and price its prompts.
 
         One prompt per turn, priced with `prices` (a `prunestore.prices.Prices`
-        or a preset's name; default Anthropic's 5-minute cache) against
-        sending everything; see docs/cost.md.
+        or a preset's name; default the policy's `prices`, else Anthropic's
+        5-minute cache) against sending everything; see docs/cost.md.
         """
-        chosen = chosen_prices(prices)
+        if prices is not None:
+            chosen_prices(prices)  # refused before the store is read
         if policy is not None and not isinstance(policy, Policy):
             raise InvalidPolicyError(f"policy={shorten(policy)}: must be a Policy")
         with db.transaction(self.engine, f"replay session {session!r}", snapshot=True) as driver:
             current = self._refreshed(driver)
             row = self._session(driver, session)
-            return whatif.what_if(driver, session, row, policy or current, chosen)
+            replayed = policy or current
+            chosen = chosen_prices(prices if prices is not None else replayed.prices)
+            return whatif.what_if(driver, session, row, replayed, chosen)
 
     def verify(self, session: str | None = None) -> VerifyReport:
         """Rerun `prune` over the stored messages and report every difference from the stored state.

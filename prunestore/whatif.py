@@ -21,7 +21,8 @@ from .engine.state import MsgState, NoRows
 from .model import Policy
 from .prices import Prices
 from .sql.driver import Driver
-from .sql.rows import STATES_IN_ORDER, SessionRow, msg_state
+from .sql.rows import STATES_IN_ORDER, msg_state
+from .sql.session_row import SessionRow
 
 __all__ = ["WhatIf", "what_if"]
 

@@ -196,3 +196,45 @@ def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
     text = cli("cost", "s", "--budget", "none")
     assert "the store's policy" in text and "the other policy" in text and "turns priced" in text
     assert "anthropic-5m" in cli("cost", "--prices", "free", code=2)
+
+
+def test_policy_prices_from_the_command_line_keep_the_ledger_and_price_the_replays(store_url):
+    from click.testing import CliRunner
+
+    from prunestore import PruneStore
+    from prunestore.cli import main
+
+    def cli(*args, code=0):
+        result = CliRunner().invoke(main, ["--db", store_url, *args])
+        assert result.exit_code == code, (result.output, result.exception)
+        return result.output
+
+    with PruneStore(store_url, policy=Policy(budget=60, clear_at_least=20)) as store:
+        for t in range(1, 30):
+            store.append(
+                "s", [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "x " * 9, t)]
+            )
+        assert store.stats("s").cost is None
+    assert "cost so far" not in cli("stats")
+    assert "prices: none" in cli("policy")
+    assert "prices: anthropic-1h" in cli("policy", "--prices", "anthropic-1h", "--yes")
+    hour = PRICES["anthropic-1h"]
+    with PruneStore(store_url) as store:
+        assert store.policy.prices == hour
+        stats, replay = store.stats("s"), store.what_if("s")
+        assert replay.prices == hour  # the policy's prices are the replay's default
+        assert stats.cost == pytest.approx(replay.cost) and stats.cost_everything == pytest.approx(
+            replay.cost_everything
+        )
+        assert store.what_if("s", prices="anthropic-5m").cost < replay.cost  # writes cost 1.25 there, not 2
+        assert store.verify().ok
+    assert f"cost so far, in fresh input tokens under the policy's prices: {stats.cost:,.0f}" in cli("stats", "s")
+    assert json.loads(cli("cost", "--json"))[0]["cost"] == pytest.approx(replay.cost)
+    numbers = json.loads(cli("policy", "--prices", "0.25,1", "--yes", "--json"))["prices"]
+    assert numbers == {"read": 0.25, "write": 1.0, "fresh": 1.0, "ttl": 300}
+    assert "prices: 0.25,1,1" in cli("policy")
+    assert "each at least 0" in cli("policy", "--prices", "-1,1", "--yes", code=2)
+    assert json.loads(cli("policy", "--json"))["prices"] == numbers  # a refused value changes nothing
+    assert json.loads(cli("policy", "--prices", "none", "--yes", "--json"))["prices"] is None
+    with PruneStore(store_url) as store:
+        assert store.stats("s").cost is None and store.summary("s").ledger is None

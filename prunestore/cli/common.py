@@ -13,6 +13,7 @@ import click
 from .. import __version__
 from ..errors import PruneStoreError, StoreNotFoundError
 from ..model import StoredMessage
+from ..prices import PRICES, Prices
 from ..sql import db
 from ..store import PruneStore
 
@@ -149,13 +150,47 @@ def main(ctx: click.Context, url: str | None) -> None:
     ctx.obj = db.resolve_url(url)
 
 
-def policy_changes(budget: str | None, cache_ttl: str | None = None, **fields: Any) -> dict[str, Any]:
-    """The `Policy` fields the command's options give (None: not given), ``--budget`` and ``--cache-ttl`` parsed."""
+def policy_changes(
+    budget: str | None, cache_ttl: str | None = None, prices: str | None = None, **fields: Any
+) -> dict[str, Any]:
+    """The `Policy` fields the command's options give (None: not given), the three that take text parsed."""
     changes = {name: value for name, value in fields.items() if value is not None}
     for name, text, unit in (("budget", budget, "tokens"), ("cache_ttl", cache_ttl, "seconds")):
         if text is not None:
             changes[name] = _whole_or_none(text, name, unit)
+    if prices is not None:
+        changes["prices"] = None if prices.lower() == "none" else parse_prices(prices)
     return changes
+
+
+PRICES_METAVAR = "NAME|READ,WRITE[,FRESH]"
+
+
+def parse_prices(text: str) -> Prices:
+    """The value of ``--prices``: a preset's name, or READ,WRITE[,FRESH] per token (the 5-minute ``ttl``)."""
+    if text in PRICES:
+        return PRICES[text]
+    try:
+        read, write, *fresh = (float(part) for part in text.split(","))
+        if len(fresh) > 1:
+            raise ValueError(text)
+        return Prices(read=read, write=write, fresh=fresh[0] if fresh else 1.0)
+    except (ValueError, PruneStoreError):
+        raise click.BadParameter(
+            f"{text!r}: one of {', '.join(PRICES)}, or READ,WRITE[,FRESH] per token, each at least 0",
+            param_hint="--prices",
+        ) from None
+
+
+def prices_label(prices: Prices | None) -> str:
+    """Prices as ``--prices`` takes them: a preset's name, or the numbers (and a ttl other than the preset's)."""
+    if prices is None:
+        return "none"
+    named = [name for name, preset in PRICES.items() if preset == prices]
+    if named:
+        return named[0]
+    label = f"{prices.read:g},{prices.write:g},{prices.fresh:g}"
+    return label if prices.ttl == Prices().ttl else f"{label} (ttl {prices.ttl if prices.ttl else 'none'})"
 
 
 def _whole_or_none(text: str, name: str, unit: str) -> int | None:

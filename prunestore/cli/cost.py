@@ -9,26 +9,22 @@ from typing import Any
 import click
 
 from ..model import EVICT_ORDERS, RESTORE_MODES, Policy
-from ..prices import PRICES, Prices
+from ..prices import PRICES
 from ..whatif import WhatIf
-from .common import command, counted, echo_json, main, open_store, policy_changes, printable, table
+from .common import (
+    PRICES_METAVAR,
+    command,
+    counted,
+    echo_json,
+    main,
+    open_store,
+    parse_prices,
+    policy_changes,
+    printable,
+    table,
+)
 
 SAMPLE = 5  # changed messages named per policy
-
-
-def _prices(text: str | None) -> Prices | str | None:
-    """A preset's name, or READ,WRITE[,FRESH] prices."""
-    if text is None or text in PRICES:
-        return text
-    try:
-        read, write, *fresh = (float(part) for part in text.split(","))
-        if len(fresh) > 1:
-            raise ValueError(text)
-        return Prices(read=read, write=write, fresh=fresh[0] if fresh else 1.0)
-    except ValueError:
-        raise click.BadParameter(
-            f"{text!r}: one of {', '.join(PRICES)}, or READ,WRITE[,FRESH] per token", param_hint="--prices"
-        ) from None
 
 
 def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
@@ -64,8 +60,9 @@ def _total(policy: Policy, replays: list[WhatIf]) -> dict[str, Any]:
 @click.option("--cache-ttl", metavar="SECONDS", help="The other policy's cache_ttl ('none': never).")
 @click.option(
     "--prices",
-    metavar="NAME|READ,WRITE[,FRESH]",
-    help=f"Prices per input token against a fresh one: {', '.join(PRICES)} (default anthropic-5m), or numbers.",
+    metavar=PRICES_METAVAR,
+    help=f"Prices per input token against a fresh one: {', '.join(PRICES)}, or numbers "
+    "(default: each policy's prices, else anthropic-5m).",
 )
 def cost(
     ctx: click.Context,
@@ -83,7 +80,7 @@ def cost(
     Under the store's policy, and with any option under the store's policy so changed: the cost, the cache
     breaks by cause, the prompt's peak and mean, and the messages whose verdict would change.
     """
-    chosen = _prices(prices)
+    chosen = None if prices is None else parse_prices(prices)
     changes = policy_changes(budget, cache_ttl, clear_at_least=clear_at_least, evict=evict, restore=restore)
     with open_store(ctx, reading=True) as store:
         policies = [store.policy]

@@ -217,6 +217,12 @@ def stats(ctx: click.Context, session: str | None, as_json: bool) -> None:
             )
         if result.over_budget:
             click.echo("warning: over budget: what may not be evicted exceeds the budget", err=True)
+    if result.cost is not None and result.cost_everything is not None:
+        saving = f" ({result.cost_everything / result.cost:.2f}x)" if result.cost else ""
+        click.echo(
+            f"cost so far, in fresh input tokens under the policy's prices: {result.cost:,.0f}; "
+            f"sending everything: {result.cost_everything:,.0f}{saving}"
+        )
 
 
 def _named(result: Stats) -> str:

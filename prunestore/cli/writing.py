@@ -20,10 +20,23 @@ from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_numbered_lines
 from ..model import EVICT_ORDERS, RESTORE_MODES
+from ..prices import PRICES
 from ..results import Delta
 from ..sql import settings
 from ..sql.settings import tokenizer_name
-from .common import DAYS, command, confirm, counted, echo_json, main, open_store, policy_changes, printable
+from .common import (
+    DAYS,
+    PRICES_METAVAR,
+    command,
+    confirm,
+    counted,
+    echo_json,
+    main,
+    open_store,
+    policy_changes,
+    prices_label,
+    printable,
+)
 
 
 @command(main)
@@ -318,6 +331,11 @@ def _roles(text: str | None) -> frozenset[str] | None:
 )
 @click.option("--dedupe-roles", help="Comma-separated roles whose repeated contents are duplicates.")
 @click.option(
+    "--prices",
+    metavar=PRICES_METAVAR,
+    help=f"Prices that keep a cost ledger: {', '.join(PRICES)}, or READ,WRITE[,FRESH] per token ('none': no ledger).",
+)
+@click.option(
     "--tokenizer",
     metavar="MODULE:NAME",
     help="What counts a message's tokens: a function's import path, or o200k_base, cl100k_base or word_pieces; "
@@ -333,6 +351,7 @@ def policy(
     evict: str | None,
     cache_ttl: str | None,
     dedupe_roles: str | None,
+    prices: str | None,
     tokenizer: str | None,
     yes: bool,
     as_json: bool,
@@ -344,6 +363,7 @@ def policy(
     changes = policy_changes(
         budget,
         cache_ttl,
+        prices,
         clear_at_least=clear_at_least,
         pinned_roles=_roles(pinned_roles),
         dedupe_roles=_roles(dedupe_roles),
@@ -359,11 +379,12 @@ def policy(
             what = "policy" if counter is None else "tokenizer" if chosen == store.policy else "policy and tokenizer"
             confirm(f"Rebuild {counted(len(store.sessions()), 'session')} under the new {what}?", yes)
             store.rebuild(policy=chosen, tokenizer=counter)
-        shown = dict(sorted({"cache_ttl": None, **json.loads(chosen.to_json())}.items()))
+        shown = dict(sorted({"cache_ttl": None, "prices": None, **json.loads(chosen.to_json())}.items()))
         shown["tokenizer"] = store.tokenizer_name
     if as_json:
         echo_json(shown)
         return
+    shown["prices"] = prices_label(chosen.prices)
     for name, value in shown.items():
         click.echo(f"{name}: {value if value is not None else 'none'}")
 

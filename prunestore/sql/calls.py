@@ -22,7 +22,8 @@ from typing import Any
 
 from ..model import StoredMessage
 from .driver import Driver, Statement
-from .rows import FULL_COLUMNS, LIVE_MESSAGES, SessionRow, live_params, message_columns, seq_column, stored_message
+from .rows import FULL_COLUMNS, LIVE_MESSAGES, message_columns, seq_column, stored_message
+from .session_row import SessionRow, live_params
 
 INSERT_CALL = Statement("INSERT INTO prunestore_calls (session_id, call_id, seq) VALUES (:sid, :call_id, :seq)")
 _BY_CALL = Statement(

@@ -38,7 +38,6 @@ from .rows import (
     TIME_OF,
     UPDATE_VERDICT,
     UPSERT_KEY,
-    SessionRow,
     counted,
     first_value,
     key_state,
@@ -46,6 +45,7 @@ from .rows import (
     msg_state,
     seq_and_time,
 )
+from .session_row import SessionRow
 from .sessions import update_session
 from .values import encode_content, join_keys
 

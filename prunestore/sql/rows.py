@@ -29,6 +29,7 @@ from ..model import (
 )
 from ..results import HistoryPoint, SessionSummary
 from .driver import Statement
+from .session_row import SessionRow
 from .values import decode_content, split_keys
 
 _STATE = (
@@ -407,46 +408,7 @@ def msg_state(row) -> MsgState:
     )
 
 
-# -- the session row and its lock -----------------------------------------
-
-
-class SessionRow:
-    """A session row as read (under its lock, for writers): key, turn, last seq, stamp, prompt and token totals.
-
-    `generation` is that of the store settings its state was computed under
-    (`prunestore.sql.settings`); `UNSETTLED` for a session created in this
-    transaction, which takes the settings' own. `ledger` is the stored ledger's JSON (`prunestore.ledger`), or
-    None.
-    """
-
-    __slots__ = ("session_id", "current_turn", "last_seq", "stamp", "prompt", "totals", "generation", "ledger")
-
-    def __init__(
-        self,
-        session_id: int,
-        current_turn: int,
-        last_seq: int,
-        stamp: int | None,
-        prompt: PromptCounters | None = None,
-        totals: Totals | None = None,
-        generation: int = 0,
-    ) -> None:
-        self.session_id = session_id
-        self.generation = generation
-        self.current_turn = current_turn
-        self.last_seq = last_seq
-        self.stamp = stamp
-        self.prompt = prompt or PromptCounters()
-        self.totals = totals or Totals()
-        self.ledger: str | None = None
-
-
 DEFINERS = Statement(
     f"SELECT k.key, {message_columns('m')} FROM prunestore_keys k JOIN prunestore_messages m "
     "ON m.session_id = k.session_id AND m.seq = k.definer_seq WHERE k.session_id = :sid AND k.key IN :keys"
 )
-
-
-def live_params(row: SessionRow) -> dict[str, int]:
-    """The parameters of `LIVE_MESSAGES` for the session of `row`."""
-    return {"sid": row.session_id, "cursor": row.prompt.cursor}

@@ -27,13 +27,13 @@ from .rows import (
     SELECT_SESSION,
     SESSION_WITH_IDS,
     UPDATE_SESSION,
-    SessionRow,
     joined_message,
     keyed_message,
     lock_saw_the_latest,
     session_row,
     stored_message,
 )
+from .session_row import SessionRow
 from .sessionids import session_id
 
 _T = TypeVar("_T")
