@@ -46,6 +46,13 @@ copy of a passage).
 
     python bench/cost.py [--turns 200,1000,2000] [--workloads agent,facts,chat,agent+idle,facts+idle]
         [--budget 32000] [--clear 16000] [--plot cost.png] [--json]
+
+With ``--db URL``, the sessions a store holds (``--sessions a,b``; default
+all) are played instead, turn by turn as they were stored, each message
+counting the tokens stored with it, under three strategies: sending
+everything, the store's policy, and the store's policy with ``--budget`` and
+``--clear``. Those are the figures ``prunestore cost SESSION --budget B
+--clear-at-least C --prices anthropic-5m`` gives for the same session.
 """
 
 from __future__ import annotations
@@ -254,6 +261,43 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
     return rows
 
 
+@dataclass(frozen=True)
+class StoredSession:
+    """A stored session's messages, each with the tokens stored with it, grouped by turn as `measure` reads them."""
+
+    messages: tuple[Message, ...]
+
+    def by_turn(self) -> Iterator[list[Message]]:
+        for _, group in itertools.groupby(self.messages, key=lambda m: m.turn):
+            yield list(group)
+
+
+def run_stored(url: str, names: list[str] | None, budget: int, clear: int) -> list[Row]:
+    """Play the sessions a store holds: sending everything, the store's policy, and that policy with the budget."""
+    with PruneStore(url) as store:
+        policy = store.policy
+        sessions = {
+            name: StoredSession(tuple(replace(m.to_message(), tokens=m.tokens) for m in store.messages(name)))
+            for name in names or store.sessions()
+        }
+    strategies: list[tuple[str, Callable[..., Iterator[Prompt]]]] = [
+        ("send everything", everything),
+        ("prunestore, the store's policy", prunestore_with(policy)),
+        (
+            f"prunestore, the store's policy, budget {budget}, events >= {clear}",
+            prunestore_with(replace(policy, budget=budget, clear_at_least=clear)),
+        ),
+    ]
+    rows = []
+    for name, session in sessions.items():
+        tokens = {m.id: m.tokens for m in session.messages}
+        by_turn = list(session.by_turn())
+        for strategy_name, strategy in strategies:
+            prompts = strategy(by_turn, tokens, budget, clear)
+            rows.append(measure(name, len(by_turn), strategy_name, prompts, tokens, session))
+    return rows
+
+
 def table(rows: list[Row]) -> str:
     head = ["workload", "turns", "strategy", "cost", "everything / this", "no cache", "peak", "mean", "breaks"]
     head.append("by event / comeback / new entry")
@@ -298,8 +342,14 @@ def main() -> None:
     parser.add_argument("--clear", type=int, default=16000)
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--json", action="store_true")
+    parser.add_argument("--db", help="Play the sessions this store holds instead of the workloads.")
+    parser.add_argument("--sessions", help="With --db: comma-separated session names (default: all).")
     args = parser.parse_args()
-    rows = run(args.workloads.split(","), [int(t) for t in args.turns.split(",")], args.budget, args.clear)
+    if args.db:
+        names = args.sessions.split(",") if args.sessions else None
+        rows = run_stored(args.db, names, args.budget, args.clear)
+    else:
+        rows = run(args.workloads.split(","), [int(t) for t in args.turns.split(",")], args.budget, args.clear)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:

@@ -8,6 +8,7 @@ against it from a folder outside the source tree.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -128,3 +129,49 @@ def test_the_install_works_from_the_checkout_root(installed, tmp_path, command):
     run = subprocess.run([str(installed), *args], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     assert "1 True" in run.stdout or "at revision" in run.stdout
+
+
+def test_cost_on_the_demos_store_gives_the_benchmarks_figures(installed, tmp_path):
+    """`prunestore cost`, installed, prices the demo's sessions as bench/cost.py prices the same sessions."""
+    url = f"sqlite:///{tmp_path / 'demo.db'}"
+
+    def run(*args: str) -> str:
+        done = subprocess.run([str(installed), *args], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return done.stdout
+
+    run("-m", "prunestore.cli", "--db", url, "demo", "--sizes", "200", "--budget", "0")
+    for session in ("agent-200", "chat-200"):
+        budget = ["--budget", "3000"]
+        # The demo's policy has no prices: the replays take the default preset, the benchmark's.
+        ours = json.loads(
+            run("-m", "prunestore.cli", "--db", url, "cost", session, *budget, "--clear-at-least", "1000", "--json")
+        )
+        bench = json.loads(
+            run(
+                str(ROOT / "bench" / "cost.py"),
+                "--db",
+                url,
+                "--sessions",
+                session,
+                *budget,
+                "--clear",
+                "1000",
+                "--json",
+            )
+        )
+        by_strategy = {row["strategy"]: row for row in bench}
+        assert set(by_strategy) == {
+            "send everything",
+            "prunestore, the store's policy",
+            "prunestore, the store's policy, budget 3000, events >= 1000",
+        }
+        store_policy, budgeted = ours
+        assert budgeted["policy"]["budget"] == 3000 and store_policy["policy"]["budget"] is None
+        for replay, strategy in zip(ours, list(by_strategy)[1:], strict=True):
+            row = by_strategy[strategy]
+            assert replay["cost"] == pytest.approx(row["cost"], rel=1e-12), strategy
+            assert replay["breaks"] == row["breaks"] and replay["peak"] == row["peak"], strategy
+            assert replay["cost_everything"] == pytest.approx(by_strategy["send everything"]["cost"], rel=1e-12)
+            assert replay["turns"] == row["turns"]
+        assert budgeted["cost"] < store_policy["cost"]  # the figures differ where the policies do
