@@ -25,6 +25,9 @@ Strategies:
 * prunestore, the passes only (``Policy()``: every removal at once);
 * prunestore with a budget and removal events (``Policy(budget=B, clear_at_least=C)``);
 * the same, evicting the messages that define no key in use first (``evict="definers_last"``);
+* that prompt priced as if every message joining before its end (a comeback) were re-sent at the
+  end instead (not a policy the store has: the prompt would leave append order, and a result could
+  be parted from its call);
 * Anthropic's clear-tool-uses rule, re-implemented: when the input exceeds
   the trigger (B), every tool result but the last 3 is replaced by a
   placeholder, provided that clears at least C tokens; the client resends the
@@ -129,6 +132,30 @@ def prunestore_with(policy: Policy) -> Callable[..., Iterator[Prompt]]:
             for batch in turns:
                 store.append("s", batch)
                 yield [(m.id, False) for m in store.live("s")]
+
+    return strategy
+
+
+def comebacks_at_the_end(policy: Policy) -> Callable[..., Iterator[Prompt]]:
+    """The store's prompts under `policy`, reordered as if a message coming back were re-sent at the end.
+
+    Priced only, not a policy: each message keeps its place in the previous
+    prompt; a message that joins other than as one of the turn's new ones (a
+    comeback, a restored definer, a promoted copy) goes after them, in
+    append order, before the turn's new messages. Same messages each turn,
+    so the same facts kept.
+    """
+    inner = prunestore_with(policy)
+
+    def strategy(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+        order: list[str] = []
+        for batch, prompt in zip(turns, inner(turns, tokens, budget, clear), strict=True):
+            present, new = {i for i, _ in prompt}, {m.id for m in batch}
+            order = [i for i in order if i in present]
+            placed = set(order)
+            order += [i for i, _ in prompt if i not in placed and i not in new]
+            order += [i for i, _ in prompt if i in new and i not in placed]
+            yield [(i, False) for i in order]
 
     return strategy
 
@@ -240,6 +267,10 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
         (
             f"prunestore, budget {budget}, events >= {clear}, definers last",
             prunestore_with(Policy(budget=budget, clear_at_least=clear, evict="definers_last")),
+        ),
+        (
+            f"prunestore, budget {budget}, events >= {clear}, definers last, comebacks at the end (priced)",
+            comebacks_at_the_end(Policy(budget=budget, clear_at_least=clear, evict="definers_last")),
         ),
         (f"clear tool uses (trigger {budget}, keep {KEEP_TOOL_RESULTS}, >= {clear})", clear_tool_uses),
         (f"last messages within {budget}", trim_last),

@@ -169,10 +169,10 @@ def test_what_if_writes_nothing_and_refuses_bad_arguments(open_store):
         Prices(read=-1)
 
 
-def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
+def command_line(store_url):
+    """The ``prunestore`` command on the store: its output, the exit code checked."""
     from click.testing import CliRunner
 
-    from prunestore import PruneStore
     from prunestore.cli import main
 
     def cli(*args, code=0):
@@ -180,6 +180,13 @@ def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
         assert result.exit_code == code, (result.output, result.exception)
         return result.output
 
+    return cli
+
+
+def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
+    from prunestore import PruneStore
+
+    cli = command_line(store_url)
     with PruneStore(store_url, policy=Policy(budget=60, clear_at_least=20)) as store:
         for t in range(1, 30):
             batch = [Message(f"f{t}", "user", f"fact {t} DEFINE:k{t}", t), Message(f"c{t}", "assistant", "x " * 9, t)]
@@ -199,16 +206,9 @@ def test_cost_command_prints_both_policies_and_equals_what_if(store_url):
 
 
 def test_policy_prices_from_the_command_line_keep_the_ledger_and_price_the_replays(store_url):
-    from click.testing import CliRunner
-
     from prunestore import PruneStore
-    from prunestore.cli import main
 
-    def cli(*args, code=0):
-        result = CliRunner().invoke(main, ["--db", store_url, *args])
-        assert result.exit_code == code, (result.output, result.exception)
-        return result.output
-
+    cli = command_line(store_url)
     with PruneStore(store_url, policy=Policy(budget=60, clear_at_least=20)) as store:
         for t in range(1, 30):
             store.append(
