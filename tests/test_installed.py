@@ -30,6 +30,7 @@ INTEGRATION_TESTS = [
     "test_anthropic_messages.py",
     "test_openai_responses.py",
     "test_pydantic_ai.py",
+    "test_recall_tools.py",
     "test_web_app.py",
     "test_web.py",
 ]

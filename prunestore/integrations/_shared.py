@@ -11,6 +11,7 @@ alive while its result is live.
 from __future__ import annotations
 
 import asyncio
+import copy
 import functools
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
@@ -18,6 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..aio import AsyncPruneStore
+from ..errors import InvalidArgumentError, SessionNotFoundError
 from ..formats.transcripts import Importer
 from ..model import Message, StoredMessage
 from ..sql.db import in_memory
@@ -112,6 +114,52 @@ RECALL_DESCRIPTION = (
     "Look up earlier messages of this conversation that are no longer in view (older tool results, "
     "passages, turns): give words they held. Returns the latest matches, oldest first."
 )
+
+
+# The recall tool's one argument, as JSON Schema: what every provider's tool definition takes, strict mode included.
+RECALL_PARAMETERS = {
+    "type": "object",
+    "properties": {"words": {"type": "string", "description": "Words the earlier message held."}},
+    "required": ["words"],
+    "additionalProperties": False,
+}
+
+
+NO_WORDS = "No words to look for: call recall again with words the earlier message held."
+
+
+class RecallTool:
+    """The recall tool of a history for code that runs its own tool loop: `recall` / `arecall` answer a call.
+
+    The class sets `_tool` to the tool's definition in its provider's format; `recall_tool` gives a copy.
+    """
+
+    session: str
+    store: PruneStore | AsyncPruneStore
+    _tool: dict[str, Any]
+
+    def recall_tool(self) -> dict[str, Any]:
+        """The definition of ``recall(words)``, for the request's ``tools``: a new dict each time."""
+        return copy.deepcopy(self._tool)
+
+    def recall(self, words: str) -> str:
+        """The answer to a ``recall`` call, to send back as its result: the messages out of the prompt holding
+        `words`, the latest ten (`PruneStore.recall`)."""
+        store = blocking(self.store, "arecall")
+        try:
+            return recalled(store.recall(self.session, text=words))
+        except SessionNotFoundError:
+            return recalled([])
+        except InvalidArgumentError:  # no word in `words`: the model is told, the caller's loop goes on
+            return NO_WORDS
+
+    async def arecall(self, words: str) -> str:
+        try:
+            return await recall_answer(self.store, self.session, words)
+        except SessionNotFoundError:
+            return recalled([])
+        except InvalidArgumentError:
+            return NO_WORDS
 
 
 async def recall_answer(store: PruneStore | AsyncPruneStore, session: str, words: str) -> str:

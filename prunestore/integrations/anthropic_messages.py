@@ -59,7 +59,15 @@ from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Prompt, Unit
-from ._shared import blocking, importer_after, on_store, with_call_keys
+from ._shared import (
+    RECALL_DESCRIPTION,
+    RECALL_PARAMETERS,
+    RecallTool,
+    blocking,
+    importer_after,
+    on_store,
+    with_call_keys,
+)
 
 __all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
 
@@ -67,7 +75,7 @@ _BREAKPOINT = {"type": "ephemeral"}
 _LOOK_BACK = 20  # blocks the API looks back from a breakpoint for a prefix an earlier request cached
 
 
-class AnthropicHistory:
+class AnthropicHistory(RecallTool):
     """One prunestore session as the ``messages`` of ``client.messages.create``.
 
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
@@ -75,7 +83,13 @@ class AnthropicHistory:
     ``keys_of``) say how tool results are pruned, as for `from_anthropic`.
     `system` (a string, or a list of text blocks) is the system prompt that
     `request` sends with the messages; it is not stored.
+
+    `recall_tool()` is a tool for the model, ``recall(words)``, to add to the
+    request's ``tools``; answer its calls with `recall(words)` (or `arecall`),
+    the messages out of the prompt that hold those words.
     """
+
+    _tool = {"name": "recall", "description": RECALL_DESCRIPTION, "input_schema": RECALL_PARAMETERS}
 
     def __init__(
         self,

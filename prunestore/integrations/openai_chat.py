@@ -24,12 +24,20 @@ from ..model import Message, StoredMessage
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import blocking, importer_after, on_store, with_call_keys
+from ._shared import (
+    RECALL_DESCRIPTION,
+    RECALL_PARAMETERS,
+    RecallTool,
+    blocking,
+    importer_after,
+    on_store,
+    with_call_keys,
+)
 
 __all__ = ["OpenAIChatHistory", "OPENAI_CHAT"]
 
 
-class OpenAIChatHistory:
+class OpenAIChatHistory(RecallTool):
     """One prunestore session as a list of Chat Completions messages.
 
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
@@ -37,7 +45,21 @@ class OpenAIChatHistory:
     ``keys_of``) say how tool results are pruned, as for `from_openai`. The
     dicts returned are shared with the store's cache, and read-only
     (`prunestore.frozen`): ``copy.deepcopy`` gives a changeable copy.
+
+    `recall_tool()` is a tool for the model, ``recall(words)``, to add to the
+    request's ``tools``; answer its calls with `recall(words)` (or `arecall`),
+    the messages out of the prompt that hold those words.
     """
+
+    _tool = {
+        "type": "function",
+        "function": {
+            "name": "recall",
+            "description": RECALL_DESCRIPTION,
+            "parameters": RECALL_PARAMETERS,
+            "strict": True,
+        },
+    }
 
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
         self.session = session

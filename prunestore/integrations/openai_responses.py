@@ -32,18 +32,30 @@ from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
 from ..store import PruneStore
 from ._responses_items import RESPONSES_ITEMS, items_builder, plain_item
-from ._shared import blocking, on_store
+from ._shared import RECALL_DESCRIPTION, RECALL_PARAMETERS, RecallTool, blocking, on_store
 
 __all__ = ["OpenAIResponsesHistory"]
 
 
-class OpenAIResponsesHistory:
+class OpenAIResponsesHistory(RecallTool):
     """One prunestore session as the ``input`` items of ``client.responses.create``.
 
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
     `aitems`). Options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool outputs are pruned, as for `from_openai`.
+
+    `recall_tool()` is a tool for the model, ``recall(words)``, to add to the
+    request's ``tools``; answer its calls with `recall(words)` (or `arecall`),
+    the messages out of the prompt that hold those words.
     """
+
+    _tool = {
+        "type": "function",
+        "name": "recall",
+        "description": RECALL_DESCRIPTION,
+        "parameters": RECALL_PARAMETERS,
+        "strict": True,
+    }
 
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
         self.session = session
