@@ -28,7 +28,7 @@ from ..formats import openai_calls
 from ..model import Message, Role, StoredMessage
 from ..sql.sessions import SessionState
 from ..views import Unit
-from ._shared import importer_after, with_call_keys
+from ._shared import importer_after, reported_tokens, with_call_keys
 
 _ROLES: dict[str, Role] = {
     "human": "user",
@@ -76,7 +76,9 @@ def builder(
                 importer.calls[call["id"]] = (call["name"], call["args"])
             text = "\n".join([text] * bool(text) + [f"{c['name']}({_json(c['args'])})" for c in calls])
             turn = importer.advance(0, isinstance(message, HumanMessage) and bool(text.strip()))
-            stored = Message(message_id, _role(message), text, turn, metadata=metadata)
+            usage = message.usage_metadata if isinstance(message, AIMessage) else None
+            tokens = reported_tokens(options, usage.get("output_tokens") if usage else None)
+            stored = Message(message_id, _role(message), text, turn, metadata=metadata, tokens=tokens)
             out.append(with_call_keys(stored, makes=_call_ids(calls)))
         return out
 

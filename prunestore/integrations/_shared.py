@@ -81,6 +81,18 @@ def unstored(state: SessionState, count: int, id_at: Callable[[int], str], last:
     return list(range(start, count))
 
 
+def reported_tokens(options: dict[str, Any], output_tokens: Any) -> int | None:
+    """A response's tokens as its provider reported them, for `Message.tokens`, with ``tokens_from_usage=True``.
+
+    The output tokens of the response that made the message: what the
+    provider counted generating it. None without the option, or where no
+    count came (a framework's usage of 0 is one it did not fill).
+    """
+    if not options.get("tokens_from_usage") or isinstance(output_tokens, bool) or not isinstance(output_tokens, int):
+        return None
+    return output_tokens if output_tokens > 0 else None
+
+
 def with_call_keys(message: Message, *, makes: Sequence[str] = (), answers: str | None = None) -> Message:
     """`message` defining the keys of the calls it makes, or referring to the key of the call it answers."""
     defines = message.defines + tuple(call_key(c) for c in makes)

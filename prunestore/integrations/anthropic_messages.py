@@ -66,6 +66,7 @@ from ._shared import (
     blocking,
     importer_after,
     on_store,
+    reported_tokens,
     with_call_keys,
 )
 
@@ -81,6 +82,8 @@ class AnthropicHistory(RecallTool):
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use `aadd` and
     `amessages`). Options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_anthropic`.
+    With ``tokens_from_usage=True`` a model's response is stored with the output
+    tokens its framework reported (docs/integrations.md).
     `system` (a string, or a list of text blocks) is the system prompt that
     `request` sends with the messages; it is not stored.
 
@@ -108,9 +111,9 @@ class AnthropicHistory(RecallTool):
 
     def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
         """Store messages: ``MessageParam`` dicts, or the ``Message`` objects ``messages.create`` returns."""
-        params = _params(messages)
+        params, usage = _params(messages)
         if params:
-            self._blocking().append_with(self.session, _builder(params, self.options))
+            self._blocking().append_with(self.session, _builder(params, usage, self.options))
 
     def messages(self) -> list[dict]:
         """The prompt: a new list of read-only messages."""
@@ -126,9 +129,9 @@ class AnthropicHistory(RecallTool):
         return self._request(self.messages())
 
     async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
-        params = _params(messages)
+        params, usage = _params(messages)
         if params:
-            await on_store(self.store, "append_with", self.session, _builder(params, self.options))
+            await on_store(self.store, "append_with", self.session, _builder(params, usage, self.options))
 
     async def amessages(self) -> list[dict]:
         try:
@@ -168,15 +171,21 @@ def _with_breakpoint(blocks: list) -> list:
     return [*blocks[:-1], {**blocks[-1], "cache_control": dict(_BREAKPOINT)}]
 
 
-def _params(messages: Sequence[Mapping[str, Any] | Any]) -> list[dict]:
-    """The messages as ``MessageParam`` dicts: an SDK ``Message`` gives its role and content blocks."""
+def _params(messages: Sequence[Mapping[str, Any] | Any]) -> tuple[list[dict], list[Any]]:
+    """The messages as ``MessageParam`` dicts, and the output tokens each one's usage reported (or None).
+
+    An SDK ``Message`` gives its role, content blocks and usage.
+    """
     if isinstance(messages, (str, bytes, Mapping)) or hasattr(messages, "model_dump"):
         raise InvalidMessageError(f"messages={shorten(messages)}: expected a list of messages")
-    out = []
+    out: list[dict] = []
+    usage: list[Any] = []
     for index, message in enumerate(messages):
+        usage.append(None)
         if hasattr(message, "model_dump"):  # the SDK's Message (a pydantic model), as create returns it
             dumped = message.model_dump(mode="json", exclude_none=True)
             message = {"role": dumped.get("role"), "content": dumped.get("content")}
+            usage[-1] = (dumped.get("usage") or {}).get("output_tokens")
         if not isinstance(message, Mapping) or message.get("role") not in ("user", "assistant"):
             raise InvalidMessageError(f"messages[{index}]={shorten(message)}: not a user or assistant message")
         content = message.get("content")
@@ -185,10 +194,12 @@ def _params(messages: Sequence[Mapping[str, Any] | Any]) -> list[dict]:
         elif not isinstance(content, str):
             raise InvalidMessageError(f"messages[{index}].content={shorten(content)}: a string or a list of blocks")
         out.append({"role": message["role"], "content": content})
-    return out
+    return out, usage
 
 
-def _builder(messages: list[dict], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
+def _builder(
+    messages: list[dict], usage: list[Any], options: dict[str, Any]
+) -> Callable[[SessionState], list[Message]]:
     blocks = [(m, b) for m in messages if isinstance(m["content"], list) for b in m["content"]]
     made = {b.get("id") for m, b in blocks if m["role"] == "assistant" and b.get("type") == "tool_use"}
     answered = [b.get("tool_use_id") for _, b in blocks if b.get("type") == "tool_result"]
@@ -200,7 +211,7 @@ def _builder(messages: list[dict], options: dict[str, Any]) -> Callable[[Session
         importer = importer_after(state, [c for c in answered if c not in made], _calls, options)
         out = []
         seq = state.last_seq
-        for original in messages:
+        for original, output_tokens in zip(messages, usage, strict=True):
             role, content = original["role"], original["content"]
             if role == "assistant" or isinstance(content, str):
                 seq += 1
@@ -210,7 +221,8 @@ def _builder(messages: list[dict], options: dict[str, Any]) -> Callable[[Session
                 text = anthropic_text(content)
                 turn = importer.advance(0, role == "user" and bool(text.strip()))
                 metadata = {"anthropic": original}
-                stored = Message(f"ant-{seq}", role, text, turn, metadata=metadata)
+                tokens = reported_tokens(options, output_tokens)
+                stored = Message(f"ant-{seq}", role, text, turn, metadata=metadata, tokens=tokens)
                 out.append(with_call_keys(stored, makes=[c.get("id") for c in calls]))
                 continue
             starts = any(b.get("type") == "text" and b.get("text") for b in content)

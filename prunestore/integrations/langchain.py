@@ -43,6 +43,8 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
     `store` is a `PruneStore` or an `AsyncPruneStore` (then use the ``a``
     methods). Keyword options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_openai`.
+    With ``tokens_from_usage=True`` a model's response is stored with the output
+    tokens its framework reported (docs/integrations.md).
 
     Every message added is stored, in order, as InMemoryChatMessageHistory
     would hold it: adding the same message object again (a model that reuses

@@ -57,6 +57,8 @@ class PruneStoreMiddleware(AgentMiddleware):
     string fixes the name; a function of the LangGraph ``Runtime`` computes
     it. Keyword options (``document_tools``, ``keep_tools``, ``ttl``,
     ``keys_of``) say how tool results are pruned, as for `from_openai`.
+    With ``tokens_from_usage=True`` a model's response is stored with the output
+    tokens its framework reported (docs/integrations.md).
 
     With ``recall=True`` the agent gets a tool, ``recall(words)``, that looks
     up the thread's messages no longer in the prompt (`PruneStore.recall`):

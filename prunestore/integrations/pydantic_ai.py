@@ -65,7 +65,15 @@ from ..prices import common_prefix
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
-from ._shared import RECALL_DESCRIPTION, importer_after, on_store, recall_answer, unstored, with_call_keys
+from ._shared import (
+    RECALL_DESCRIPTION,
+    importer_after,
+    on_store,
+    recall_answer,
+    reported_tokens,
+    unstored,
+    with_call_keys,
+)
 
 __all__ = ["PruneStoreHistory", "PYDANTIC_AI"]
 
@@ -82,6 +90,8 @@ class PruneStoreHistory(AbstractCapability[Any]):
     ``RunContext`` computes it. Keyword options (``document_tools``,
     ``keep_tools``, ``ttl``, ``keys_of``) say how tool returns are pruned, as
     for `from_openai`.
+    With ``tokens_from_usage=True`` a model's response is stored with the output
+    tokens its framework reported (docs/integrations.md).
 
     With ``recall=True`` the agent gets a tool, ``recall(words)``, that looks
     up the conversation's messages no longer in the prompt (`PruneStore.recall`):
@@ -240,7 +250,9 @@ def _stored_form(
                     [p.content for p in message.parts if isinstance(p, TextPart)]
                     + [f"{c.tool_name}({_json(c.args_as_dict())})" for c in calls]
                 )
-                stored = Message(message_id, "assistant", text, importer.turn, metadata=_dumped(message, message_id))
+                tokens = reported_tokens(options, message.usage.output_tokens)
+                metadata = _dumped(message, message_id)
+                stored = Message(message_id, "assistant", text, importer.turn, metadata=metadata, tokens=tokens)
                 out.append(with_call_keys(stored, makes=[c.tool_call_id for c in calls]))
                 continue
             for n, parts in enumerate(_pieces(message)):
