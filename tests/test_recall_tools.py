@@ -43,6 +43,19 @@ def run_call(history, name: str, arguments: dict, prices) -> str:
     return next(prices)
 
 
+def script(prefix: str, calls, says) -> list[dict]:
+    """The model's answers, in a provider's format (`calls(id, name, arguments)`, `says(text)`), calls numbered
+    from ``<prefix>1``: the price read twice, then a look back at the first reading."""
+    return [
+        calls(f"{prefix}1", "price", {"item": "lamp"}),
+        says("240."),
+        calls(f"{prefix}2", "price", {"item": "lamp"}),
+        says("255 now."),
+        calls(f"{prefix}3", "recall", {"words": "lamp"}),
+        says("It was 240 at first."),
+    ]
+
+
 def assert_recalled(answer: str) -> None:
     assert "lamp: 240 EUR" in answer and "255" not in answer  # out of the prompt only: the superseded reading
 
@@ -60,14 +73,11 @@ def anthropic_use(call_id: str, name: str, arguments: dict) -> dict:
     return {"type": "tool_use", "id": call_id, "name": name, "input": arguments}
 
 
-ANTHROPIC_SCRIPT = [
-    anthropic_reply(anthropic_use("t1", "price", {"item": "lamp"})),
-    anthropic_reply({"type": "text", "text": "240."}),
-    anthropic_reply(anthropic_use("t2", "price", {"item": "lamp"})),
-    anthropic_reply({"type": "text", "text": "255 now."}),
-    anthropic_reply(anthropic_use("t3", "recall", {"words": "lamp"})),
-    anthropic_reply({"type": "text", "text": "It was 240 at first."}),
-]
+ANTHROPIC_SCRIPT = script(
+    "t",
+    lambda *call: anthropic_reply(anthropic_use(*call)),
+    lambda text: anthropic_reply({"type": "text", "text": text}),
+)
 
 
 def test_the_anthropic_history_gives_a_tool_the_sdk_takes_and_answers_it(store):
@@ -120,14 +130,9 @@ def chat_call(call_id: str, name: str, arguments: dict) -> dict:
     }
 
 
-CHAT_SCRIPT = [
-    completion(chat_call("c1", "price", {"item": "lamp"})),
-    completion({"role": "assistant", "content": "240."}),
-    completion(chat_call("c2", "price", {"item": "lamp"})),
-    completion({"role": "assistant", "content": "255 now."}),
-    completion(chat_call("c3", "recall", {"words": "lamp"})),
-    completion({"role": "assistant", "content": "It was 240 at first."}),
-]
+CHAT_SCRIPT = script(
+    "c", lambda *call: completion(chat_call(*call)), lambda text: completion({"role": "assistant", "content": text})
+)
 
 
 def chat_loop(history, sdk, model, tools) -> dict[str, str]:
@@ -181,14 +186,9 @@ def said(text: str) -> dict:
     return {"type": "message", "id": "msg", "role": "assistant", "status": "completed", "content": content}
 
 
-RESPONSES_SCRIPT = [
-    responses_reply(function_call("r1", "price", {"item": "lamp"})),
-    responses_reply(said("240.")),
-    responses_reply(function_call("r2", "price", {"item": "lamp"})),
-    responses_reply(said("255 now.")),
-    responses_reply(function_call("r3", "recall", {"words": "lamp"})),
-    responses_reply(said("It was 240 at first.")),
-]
+RESPONSES_SCRIPT = script(
+    "r", lambda *call: responses_reply(function_call(*call)), lambda text: responses_reply(said(text))
+)
 
 
 async def responses_loop(history, sdk, model, tools) -> dict[str, str]:
