@@ -98,3 +98,29 @@ def test_a_usage_of_zero_or_none_is_not_a_count():
     on = {"tokens_from_usage": True}
     assert [reported_tokens(on, n) for n in (0, None, True, "5", 5)] == [None, None, None, None, 5]
     assert reported_tokens({}, 5) is None
+
+
+def test_an_option_an_adapter_does_not_know_is_refused_by_name(store):
+    from prunestore import InvalidArgumentError
+    from prunestore.integrations.anthropic_messages import AnthropicHistory
+    from prunestore.integrations.langchain import PrunedChatMessageHistory, PruneStoreMiddleware
+    from prunestore.integrations.openai_chat import OpenAIChatHistory
+    from prunestore.integrations.openai_responses import OpenAIResponsesHistory
+    from prunestore.integrations.pydantic_ai import PruneStoreHistory
+
+    makers = [
+        lambda **o: AnthropicHistory("s", store, **o),
+        lambda **o: PrunedChatMessageHistory("s", store, **o),
+        lambda **o: PruneStoreMiddleware(store, **o),
+        lambda **o: PruneStoreHistory(store, **o),
+        lambda **o: OpenAIChatHistory("s", store, **o),
+        lambda **o: OpenAIResponsesHistory("s", store, **o),
+    ]
+    for make in makers:
+        make(keep_tools=["send_mail"], ttl={"ls": 2})  # known ones are taken
+        with pytest.raises(InvalidArgumentError, match="keep_tool=\\['send_mail'\\]: not an option"):
+            make(keep_tool=["send_mail"])  # a typo is not ignored
+    for make in makers[4:]:  # plain messages and items carry no usage
+        with pytest.raises(InvalidArgumentError, match="tokens_from_usage=True"):
+            make(tokens_from_usage=True)
+    assert store.sessions() == []  # nothing written

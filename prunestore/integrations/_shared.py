@@ -19,7 +19,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..aio import AsyncPruneStore
-from ..errors import InvalidArgumentError, SessionNotFoundError
+from ..errors import InvalidArgumentError, SessionNotFoundError, shorten
 from ..formats.transcripts import Importer
 from ..model import Message, StoredMessage
 from ..sql.db import in_memory
@@ -79,6 +79,22 @@ def unstored(state: SessionState, count: int, id_at: Callable[[int], str], last:
         stored = state.stored(map(id_at, range(count)))
         return [p for p in range(count) if id_at(p) not in stored]
     return list(range(start, count))
+
+
+# The keyword options of the adapters: how tool results are pruned (as for `from_openai`), and where a
+# response's usage is at hand, whether its output tokens are its count.
+PRUNING_OPTIONS = ("document_tools", "keep_tools", "ttl", "keys_of")
+USAGE_OPTIONS = (*PRUNING_OPTIONS, "tokens_from_usage")
+
+
+def checked_options(options: dict[str, Any], known: Sequence[str] = USAGE_OPTIONS) -> dict[str, Any]:
+    """`options`, or `InvalidArgumentError` naming the first that is not among `known` (a typo is not ignored)."""
+    unknown = [name for name in options if name not in known]
+    if unknown:
+        raise InvalidArgumentError(
+            f"{unknown[0]}={shorten(options[unknown[0]])}: not an option here; the options are {', '.join(known)}"
+        )
+    return options
 
 
 def reported_tokens(options: dict[str, Any], output_tokens: Any) -> int | None:

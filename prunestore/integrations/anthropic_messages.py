@@ -64,6 +64,7 @@ from ._shared import (
     RECALL_PARAMETERS,
     RecallTool,
     blocking,
+    checked_options,
     importer_after,
     on_store,
     reported_tokens,
@@ -107,7 +108,7 @@ class AnthropicHistory(RecallTool):
         self.store = store
         self.cache = cache
         self.system = _system(system)
-        self.options = options
+        self.options = checked_options(options)
 
     def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
         """Store messages: ``MessageParam`` dicts, or the ``Message`` objects ``messages.create`` returns."""

@@ -32,7 +32,7 @@ from ..aio import AsyncPruneStore
 from ..errors import SessionNotFoundError
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import blocking, on_store
+from ._shared import blocking, checked_options, on_store
 
 __all__ = ["PrunedChatMessageHistory", "LANGCHAIN"]
 
@@ -56,7 +56,7 @@ class PrunedChatMessageHistory(BaseChatMessageHistory):
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
         self.session = session
         self.store = store
-        self.options = options
+        self.options = checked_options(options)
 
     # -- reading --------------------------------------------------------------
 

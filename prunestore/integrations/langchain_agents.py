@@ -38,7 +38,7 @@ from ..model import Message
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import RECALL_DESCRIPTION, blocking, on_store, recall_answer, recalled, unstored
+from ._shared import RECALL_DESCRIPTION, blocking, checked_options, on_store, recall_answer, recalled, unstored
 
 __all__ = ["PruneStoreMiddleware"]
 
@@ -74,7 +74,7 @@ class PruneStoreMiddleware(AgentMiddleware):
         super().__init__()
         self.store = store
         self.session = session
-        self.options = options
+        self.options = checked_options(options)
         self.tools: list[BaseTool] = [self._recall_tool()] if recall else []
 
     def session_of(self, runtime: Any) -> str:

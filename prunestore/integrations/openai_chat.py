@@ -25,10 +25,12 @@ from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
 from ._shared import (
+    PRUNING_OPTIONS,
     RECALL_DESCRIPTION,
     RECALL_PARAMETERS,
     RecallTool,
     blocking,
+    checked_options,
     importer_after,
     on_store,
     with_call_keys,
@@ -64,7 +66,7 @@ class OpenAIChatHistory(RecallTool):
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
         self.session = session
         self.store = store
-        self.options = options
+        self.options = checked_options(options, PRUNING_OPTIONS)
 
     def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
         if messages:

@@ -32,7 +32,15 @@ from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
 from ..store import PruneStore
 from ._responses_items import RESPONSES_ITEMS, items_builder, plain_item
-from ._shared import RECALL_DESCRIPTION, RECALL_PARAMETERS, RecallTool, blocking, on_store
+from ._shared import (
+    PRUNING_OPTIONS,
+    RECALL_DESCRIPTION,
+    RECALL_PARAMETERS,
+    RecallTool,
+    blocking,
+    checked_options,
+    on_store,
+)
 
 __all__ = ["OpenAIResponsesHistory"]
 
@@ -60,7 +68,7 @@ class OpenAIResponsesHistory(RecallTool):
     def __init__(self, session: str, store: PruneStore | AsyncPruneStore, **options: Any) -> None:
         self.session = session
         self.store = store
-        self.options = options
+        self.options = checked_options(options, PRUNING_OPTIONS)
 
     def add(self, items: Sequence[Mapping[str, Any] | Any]) -> None:
         """Store items: input item dicts, or the output items of the SDK's ``Response``."""

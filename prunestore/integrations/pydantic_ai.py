@@ -67,6 +67,7 @@ from ..store import PruneStore
 from ..views import Unit
 from ._shared import (
     RECALL_DESCRIPTION,
+    checked_options,
     importer_after,
     on_store,
     recall_answer,
@@ -108,7 +109,7 @@ class PruneStoreHistory(AbstractCapability[Any]):
     ) -> None:
         self.store = store
         self.session = session
-        self.options = options
+        self.options = checked_options(options)
         self.recall = recall
         self._joined: OrderedDict[str, _Joined] = OrderedDict()  # per session, the last prompt joined
         self._lock = threading.Lock()
