@@ -31,6 +31,7 @@ INTEGRATION_TESTS = [
     "test_openai_responses.py",
     "test_pydantic_ai.py",
     "test_recall_tools.py",
+    "test_usage_tokens.py",
     "test_web_app.py",
     "test_web.py",
 ]
