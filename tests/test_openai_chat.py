@@ -126,3 +126,44 @@ def test_under_a_budget_the_prompt_stays_valid_and_within_it(open_store):
         events = stats.events
     assert events > 1
     assert any(m.verdict == "evicted" for m in store.messages("s"))
+
+
+def test_the_sdks_own_message_objects_come_back_as_the_sdk_sends_them(store):
+    """The OpenAI SDK's tool loop appends ``completion.choices[0].message`` itself; the history takes it too."""
+    openai = pytest.importorskip("openai")
+    httpx = pytest.importorskip("httpx")
+    from providers import ScriptedAPI
+
+    def completion(message: dict) -> dict:
+        finish = "tool_calls" if message.get("tool_calls") else "stop"
+        choice = {"index": 0, "message": {"refusal": None, "annotations": [], **message}, "finish_reason": finish}
+        return {"id": "c", "object": "chat.completion", "created": 0, "model": "m", "choices": [choice]}
+
+    script = [completion(call("c1")), completion({"role": "assistant", "content": "One file."})]
+    script += [completion(call("c2")), completion({"role": "assistant", "content": "Two files."})]
+
+    def client(model: ScriptedAPI):
+        return openai.OpenAI(api_key="test", http_client=httpx.Client(transport=httpx.MockTransport(model)))
+
+    model, mirror = ScriptedAPI(script, httpx.Response), ScriptedAPI(script, httpx.Response)
+    sdk, plain_sdk = client(model), client(mirror)
+    history, plain = OpenAIChatHistory("s", store), []  # the caller's own list, kept as the SDK's docs keep it
+    for question in ("What is in /data?", "And now?"):
+        step: list = [{"role": "user", "content": question}]
+        while step:
+            history.add(step)
+            plain.extend(step)
+            message = sdk.chat.completions.create(model="m", messages=history.messages()).choices[0].message
+            plain_sdk.chat.completions.create(model="m", messages=plain)  # the caller's list as the SDK sends it
+            if question == "What is in /data?":  # nothing pruned yet: the same messages went out
+                assert model.bodies[-1]["messages"] == mirror.bodies[-1]["messages"]
+            step = [message] + [result(c.id) for c in message.tool_calls or []]
+            if not message.tool_calls:
+                history.add(step)
+                plain.extend(step)
+                step = []
+    sent = history.messages()
+    validate_openai(sent)
+    assert [m.get("tool_call_id") for m in sent if m["role"] == "tool"] == ["c2"]  # c1 was superseded, its call went
+    assert sent[-1] == {"content": "Two files.", "refusal": None, "role": "assistant", "annotations": []}
+    assert len(sent) == len(plain) - 2 and store.verify().ok  # all else as the caller's list holds it

@@ -68,9 +68,10 @@ class OpenAIChatHistory(RecallTool):
         self.store = store
         self.options = checked_options(options, PRUNING_OPTIONS)
 
-    def add(self, messages: Sequence[Mapping[str, Any]]) -> None:
+    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
+        """Store messages: dicts, or the SDK's message objects (``completion.choices[0].message``)."""
         if messages:
-            self._blocking().append_with(self.session, _builder(list(messages), self.options))
+            self._blocking().append_with(self.session, _builder(_plain(messages), self.options))
 
     def messages(self) -> list[dict]:
         try:
@@ -78,9 +79,9 @@ class OpenAIChatHistory(RecallTool):
         except SessionNotFoundError:
             return []
 
-    async def aadd(self, messages: Sequence[Mapping[str, Any]]) -> None:
+    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
         if messages:
-            await on_store(self.store, "append_with", self.session, _builder(list(messages), self.options))
+            await on_store(self.store, "append_with", self.session, _builder(_plain(messages), self.options))
 
     async def amessages(self) -> list[dict]:
         try:
@@ -90,6 +91,12 @@ class OpenAIChatHistory(RecallTool):
 
     def _blocking(self) -> PruneStore:
         return blocking(self.store, "aadd / amessages")
+
+
+def _plain(messages: Sequence[Mapping[str, Any] | Any]) -> list[Any]:
+    """The messages as dicts: an SDK message object (a pydantic model) as the SDK sends it, the fields it was
+    given (``exclude_unset``), so that it comes back as the caller's own list would have sent it."""
+    return [m.model_dump(mode="json", exclude_unset=True) if hasattr(m, "model_dump") else m for m in messages]
 
 
 def _builder(messages: list[Mapping[str, Any]], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
