@@ -36,6 +36,7 @@ from providers import validate_openai
 
 from prunestore import AsyncPruneStore, Policy, PruneStore
 from prunestore.errors import InvalidArgumentError
+from prunestore.integrations._shared import NO_WORDS
 from prunestore.integrations.langchain import LANGCHAIN, PruneStoreMiddleware
 
 THREAD = {"configurable": {"thread_id": "thread-1"}}
@@ -495,3 +496,15 @@ def test_without_recall_the_agent_has_no_recall_tool(store_url):
         assert PruneStoreMiddleware(store).tools == []
         (tool_,) = PruneStoreMiddleware(store, recall=True).tools
         assert tool_.name == "recall" and "no longer in view" in tool_.description
+
+
+def test_a_recall_with_no_words_is_answered_so_the_agent_goes_on(store_url):
+    """A call of `recall` with only spaces gets an answer telling the model so, as any tool result."""
+    replies = [AIMessage("", tool_calls=[{"name": "recall", "args": {"words": "  "}, "id": "r1"}]), say("Done.")]
+    with PruneStore(store_url) as store:
+        state = agent_with(replies, Checked(None), store, recall=True).invoke(
+            {"messages": [HumanMessage("Recall nothing.")]}, THREAD
+        )
+        (answer,) = [m for m in state["messages"] if isinstance(m, ToolMessage)]
+        assert answer.content == NO_WORDS and answer.status == "success"
+        assert state["messages"][-1].content == "Done." and store.verify("thread-1").ok

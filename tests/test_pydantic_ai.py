@@ -31,6 +31,7 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
 from prunestore import AsyncPruneStore, Policy, PruneStore
+from prunestore.integrations._shared import NO_WORDS
 from prunestore.integrations.pydantic_ai import PYDANTIC_AI, PruneStoreHistory
 
 
@@ -350,3 +351,18 @@ def model_tools(history: PruneStoreHistory) -> list[Any]:
     toolset = history.get_toolset()
     assert toolset is not None and PruneStoreHistory(history.store).get_toolset() is None
     return list(toolset.tools.values())
+
+
+def test_a_recall_with_no_words_is_answered_so_the_agent_goes_on(open_store, store_url):
+    """A call of `recall` with only spaces gets an answer telling the model so, as any tool return."""
+    model = Scripted([[ToolCallPart("recall", {"words": " "}, tool_call_id="r1")], text("Done.")], store_url)
+    history = PruneStoreHistory(open_store(), recall=True)
+
+    async def run() -> list[ModelMessage]:
+        result = await agent_for(model, history).run("Recall nothing.", conversation_id="conv")
+        return result.all_messages()
+
+    run_messages = asyncio.run(run())
+    model.close()
+    returns = {p.tool_call_id: p.content for m in run_messages for p in m.parts if isinstance(p, ToolReturnPart)}
+    assert returns == {"r1": NO_WORDS}

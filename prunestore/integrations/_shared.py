@@ -173,26 +173,38 @@ class RecallTool:
     def recall(self, words: str) -> str:
         """The answer to a ``recall`` call, to send back as its result: the messages out of the prompt holding
         `words`, the latest ten (`PruneStore.recall`)."""
-        store = blocking(self.store, "arecall")
-        try:
-            return recalled(store.recall(self.session, text=words))
-        except SessionNotFoundError:
-            return recalled([])
-        except InvalidArgumentError:  # no word in `words`: the model is told, the caller's loop goes on
-            return NO_WORDS
+        return recall_answer_blocking(blocking(self.store, "arecall"), self.session, words)
 
     async def arecall(self, words: str) -> str:
-        try:
-            return await recall_answer(self.store, self.session, words)
-        except SessionNotFoundError:
-            return recalled([])
-        except InvalidArgumentError:
-            return NO_WORDS
+        return await recall_answer(self.store, self.session, words)
+
+
+def recall_answer_blocking(store: PruneStore, session: str, words: str) -> str:
+    """What a recall tool answers, from a blocking store (`recall_answer`)."""
+    if not _has_words(words):
+        return NO_WORDS
+    try:
+        return recalled(store.recall(session, text=words))
+    except SessionNotFoundError:
+        return recalled([])
 
 
 async def recall_answer(store: PruneStore | AsyncPruneStore, session: str, words: str) -> str:
-    """What a recall tool answers: the session's messages out of the prompt holding `words` (`recalled`)."""
-    return recalled(await on_store(store, "recall", session, text=words))
+    """What a recall tool answers: the session's messages out of the prompt holding `words` (`recalled`).
+
+    A call with no words, or one made before the session holds a message, is answered rather than raised:
+    the model is told, and the agent's loop goes on.
+    """
+    if not _has_words(words):
+        return NO_WORDS
+    try:
+        return recalled(await on_store(store, "recall", session, text=words))
+    except SessionNotFoundError:
+        return recalled([])
+
+
+def _has_words(words: object) -> bool:
+    return isinstance(words, str) and bool(words.casefold().split())
 
 
 def recalled(found: Sequence[StoredMessage]) -> str:

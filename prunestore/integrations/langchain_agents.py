@@ -38,7 +38,15 @@ from ..model import Message
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ._langchain_messages import LANGCHAIN, builder
-from ._shared import RECALL_DESCRIPTION, blocking, checked_options, on_store, recall_answer, recalled, unstored
+from ._shared import (
+    RECALL_DESCRIPTION,
+    blocking,
+    checked_options,
+    on_store,
+    recall_answer,
+    recall_answer_blocking,
+    unstored,
+)
 
 __all__ = ["PruneStoreMiddleware"]
 
@@ -116,7 +124,7 @@ class PruneStoreMiddleware(AgentMiddleware):
         """The agent's look-up of its thread's pruned messages (the thread's session, as the model call's)."""
 
         def recall(words: str, runtime: ToolRuntime) -> str:
-            return recalled(self._blocking().recall(self.session_of(runtime), text=words))
+            return recall_answer_blocking(self._blocking(), self.session_of(runtime), words)
 
         async def arecall(words: str, runtime: ToolRuntime) -> str:
             return await recall_answer(self.store, self.session_of(runtime), words)
