@@ -300,6 +300,9 @@ class AsyncPruneStore:
     async def entry(self, session: str, message_id: str) -> Entry:
         return await self._call(PruneStore.entry, session, message_id)
 
+    async def erasures(self, session: str) -> list[Erasure]:
+        return await self._call(PruneStore.erasures, session)
+
     async def history(self, session: str) -> list[HistoryPoint]:
         return await self._call(PruneStore.history, session)
 

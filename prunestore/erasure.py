@@ -9,10 +9,13 @@ holds content hashes); on SQLite, deleted bytes are overwritten
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
+from datetime import datetime, timezone
 
 from sqlalchemy.engine import Engine
 
+from .clock import from_micros, micros
 from .errors import InvalidArgumentError, no_such_message, shorten
 from .lifecycle import VERDICTS_FROM, delta_between, rebuild_session
 from .model import ERASED, Policy, check_identifier
@@ -26,6 +29,11 @@ _ERASE = Statement(
     "expires_after_turn = NULL, defines = '', refs = '', metadata = NULL, tokens = 0, tokens_given = 1 "
     "WHERE session_id = :sid AND seq = :seq"
 )
+_RECORD = Statement(
+    "INSERT INTO prunestore_erasures (session_id, number, at, receipt) SELECT :sid, coalesce(max(number), 0) + 1, "
+    ":at, :receipt FROM prunestore_erasures WHERE session_id = :sid"
+)
+_RECEIPTS = Statement("SELECT at, receipt FROM prunestore_erasures WHERE session_id = :sid ORDER BY number")
 
 
 def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], policy: Policy) -> Erasure:
@@ -49,7 +57,30 @@ def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], pol
         if was != now and seq not in erasing
     }
     erased = tuple(id_ for seq, id_, _ in before if seq in erasing)
-    return Erasure(name, erased, changed, delta.live_added, delta.live_removed)
+    at = datetime.now(timezone.utc)
+    receipt = Erasure(name, erased, changed, delta.live_added, delta.live_removed, at)
+    driver.run(_RECORD, {"sid": sid, "at": micros(at), "receipt": _receipt_json(receipt)})
+    return receipt
+
+
+def receipts(driver: Driver, name: str, sid: int) -> list[Erasure]:
+    """The session's erasure receipts, oldest first, as `erase` returned them."""
+    return [_receipt_of(name, at, text) for at, text in driver.all(_RECEIPTS, {"sid": sid})]
+
+
+# What a receipt keeps: ids and verdicts, never content (its session and time are columns of their own).
+_KEPT = ("erased", "changed", "live_added", "live_removed")
+
+
+def _receipt_json(receipt: Erasure) -> str:
+    return json.dumps({name: getattr(receipt, name) for name in _KEPT}, separators=(",", ":"))
+
+
+def _receipt_of(name: str, at: int, text: str) -> Erasure:
+    fields = json.loads(text)
+    changed = {id_: (was, now) for id_, (was, now) in fields.pop("changed").items()}
+    ids = {field: tuple(value) for field, value in fields.items()}
+    return Erasure(name, changed=changed, at=from_micros(at), **ids)
 
 
 def message_ids(ids: str | Iterable[str]) -> list[str]:

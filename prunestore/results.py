@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from .model import LIVE_VERDICTS, StoredMessage
 from .prices import LedgerTotals
@@ -54,7 +55,8 @@ class Erasure:
     erased before is not repeated); `changed` the other messages whose
     verdict moved, as ``id: (before, after)``; `live_added` and
     `live_removed` how the prompt moved (an erased message that was in it is
-    in `live_removed`).
+    in `live_removed`); `at` when it was made (None when it erased nothing,
+    and then it is not kept). `PruneStore.erasures` gives the kept ones back.
     """
 
     session: str
@@ -62,6 +64,7 @@ class Erasure:
     changed: dict[str, tuple[str, str]] = field(default_factory=dict)
     live_added: tuple[str, ...] = ()
     live_removed: tuple[str, ...] = ()
+    at: datetime | None = None
 
 
 @dataclass(frozen=True)

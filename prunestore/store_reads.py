@@ -12,13 +12,14 @@ from typing import TYPE_CHECKING
 
 from . import catalog, queries, recall, whatif
 from .appending import Options, check_ids, check_session_name
+from .erasure import receipts
 from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
 from .formats import Dropped, Format, Rendered, RenderLinks, render_prompt
 from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
 from .prices import Prices, chosen_prices
-from .results import Entry, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
+from .results import Entry, Erasure, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
 from .sql import db
 from .sql.calls import prompt_rows
 from .sql.driver import Driver
@@ -288,6 +289,14 @@ class StoreReads:
             row = self._session(driver, session)
             self._refreshed(driver, row)  # a chart of it draws the store's budget
             return queries.history(driver, row.session_id)
+
+    def erasures(self, session: str) -> list[Erasure]:
+        """The receipts of the session's erasures, oldest first, each as `erase` returned it, with its time.
+
+        Ids and verdicts only: what was erased is in none of them.
+        """
+        with db.transaction(self.engine, f"read session {session!r}") as driver:
+            return receipts(driver, session, self._session(driver, session).session_id)
 
     def policies(self) -> dict[int, Policy]:
         """The store's policy by settings generation (`HistoryPoint.generation`): each one it has had, as far

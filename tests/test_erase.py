@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import itertools
 import json
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 import pytest
@@ -66,6 +68,7 @@ def test_erasure_leaves_the_state_a_batch_over_the_tombstones(open_store, policy
     ms = data.draw(sessions(min_size=1, max_size=20))
     session = f"x{next(_names)}"
     now: list[Message] = []
+    kept: list[Erasure] = []  # the receipts of the erasures that erased something
     position = 0
     while position < len(ms):
         size = data.draw(st.integers(1, 4))
@@ -93,6 +96,9 @@ def test_erasure_leaves_the_state_a_batch_over_the_tombstones(open_store, policy
             assert set(receipt.live_removed) == set(before_live) - set(after_live)
             assert set(receipt.live_added) == set(after_live) - set(before_live)
             assert all(after[i] == "erased" for i in chosen)
+            kept += [receipt] if newly else []
+            assert (receipt.at is not None) == bool(newly)
+            assert store.erasures(session) == kept
     assert store.verify(session).ok
 
 
@@ -107,7 +113,7 @@ def test_an_erased_message_no_longer_supersedes_or_defines(store):
     )
     assert {m.id: m.verdict for m in store.messages("s")} == {"a": "superseded", "b": "kept", "c": "kept"}
     receipt = store.erase("s", "b")
-    assert receipt == Erasure("s", ("b",), {"a": ("superseded", "kept")}, ("a",), ("b",))
+    assert replace(receipt, at=None) == Erasure("s", ("b",), {"a": ("superseded", "kept")}, ("a",), ("b",))
     assert [m.id for m in store.live("s")] == ["a", "c"]
     why = store.explain("s", "b")
     assert (why.verdict, why.live) == ("erased", False)
@@ -271,3 +277,54 @@ def test_the_cli_erases_and_prints_the_receipt(tmp_path):
     with PruneStore(url) as store:
         assert [m.verdict for m in store.messages("s")] == ["erased", "kept"]
         assert not [m for m in store.messages("s") if m.verdict in LIVE_VERDICTS and m.id == "a"]
+
+
+def test_each_erasure_s_receipt_is_kept_in_order_without_what_it_erased(open_store):
+    """`erasures` gives back each receipt `erase` returned, with its time; a deleted session takes them along."""
+    store, reader = open_store(), open_store()  # the receipts are the store's, read by any object
+    said = [Message(f"m{i}", "tool_output", f"{MARKER} {i}", i, tool_key=f"tool-{i % 2}") for i in range(6)]
+    store.append("s", said)
+    assert reader.erasures("s") == []
+    started = datetime.now(timezone.utc)
+    first = store.erase("s", ["m4", "m1"])
+    assert store.erase("s", "m1") == Erasure("s")  # nothing left to erase: no receipt
+    second = store.erase("s", ["m5", "m1"])
+    assert (first.erased, first.changed, first.live_removed) == (("m1", "m4"), {"m2": ("superseded", "kept")}, ("m4",))
+    assert second.erased == ("m5",)
+    assert second.changed == {"m3": ("superseded", "kept")} and second.live_added == ("m3",)
+    assert started <= first.at <= second.at <= datetime.now(timezone.utc) + timedelta(seconds=1)
+    assert reader.erasures("s") == [first, second]
+    assert not any(MARKER in repr(r) for r in reader.erasures("s"))
+    store.fork("s", "m5", "s-fork")  # the copy's tombstones are copies: its erasures start afresh
+    assert reader.erasures("s-fork") == []
+    store.append("t", said[:1])
+    store.erase("t", "m0")
+    store.delete_session("s")
+    with pytest.raises(SessionNotFoundError):
+        reader.erasures("s")
+    store.append("s", said[:1])  # the name again: a new session, with none of the old receipts
+    assert reader.erasures("s") == [] and len(reader.erasures("t")) == 1
+
+
+def test_the_cli_prints_the_kept_receipts(tmp_path):
+    url = f"sqlite:///{tmp_path / 'cli.db'}"
+    with PruneStore(url) as store:
+        store.append("s", [Message(id="a", role="user", content="DEFINE:x", turn=0)])
+        assert CliRunner().invoke(main, ["--db", url, "erasures", "s"]).output == "no erasure in s\n"
+        receipt = store.erase("s", "a")
+    result = CliRunner().invoke(main, ["--db", url, "erasures", "s", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output) == [
+        {
+            "session": "s",
+            "erased": ["a"],
+            "changed": {},
+            "live_added": [],
+            "live_removed": ["a"],
+            "at": receipt.at.isoformat(),
+        }
+    ]
+    result = CliRunner().invoke(main, ["--db", url, "erasures", "s"])
+    assert result.output.startswith(f"erased 1 message(s) of s at {receipt.at.isoformat(timespec='seconds')}: a\n")
+    result = CliRunner().invoke(main, ["--db", url, "erasures", "nope"])
+    assert result.exit_code != 0 and "nope" in result.output

@@ -332,14 +332,7 @@ def test_the_recall_tool_gives_the_model_back_a_pruned_return(open_store, store_
     recall_call = [ToolCallPart("recall", {"words": "/data FILE39.csv"}, tool_call_id="r1")]
     model = Scripted([ls_calls(("c1", "/data")), ls_calls(("c2", "/data")), recall_call, text("Found.")], store_url)
     history = PruneStoreHistory(open_store(), recall=True)
-
-    async def run() -> list[ModelMessage]:
-        result = await agent_for(model, history).run("List /data twice, then recall it.", conversation_id="conv")
-        return result.all_messages()
-
-    run_messages = asyncio.run(run())
-    model.close()
-    returns = {p.tool_call_id: p.content for m in run_messages for p in m.parts if isinstance(p, ToolReturnPart)}
+    returns = tool_returns(model, history, "List /data twice, then recall it.")
     assert returns["r1"] == f"[tool_output, turn 1] {returns['c1']}"
     assert any(t.name == "recall" for t in model_tools(history))
     with PruneStore(store_url) as store:
@@ -356,13 +349,16 @@ def model_tools(history: PruneStoreHistory) -> list[Any]:
 def test_a_recall_with_no_words_is_answered_so_the_agent_goes_on(open_store, store_url):
     """A call of `recall` with only spaces gets an answer telling the model so, as any tool return."""
     model = Scripted([[ToolCallPart("recall", {"words": " "}, tool_call_id="r1")], text("Done.")], store_url)
-    history = PruneStoreHistory(open_store(), recall=True)
+    assert tool_returns(model, PruneStoreHistory(open_store(), recall=True), "Recall nothing.") == {"r1": NO_WORDS}
+
+
+def tool_returns(model: Scripted, history: PruneStoreHistory, question: str) -> dict[str, Any]:
+    """What each tool call of one run of the agent returned, by call id (the model is closed after)."""
 
     async def run() -> list[ModelMessage]:
-        result = await agent_for(model, history).run("Recall nothing.", conversation_id="conv")
+        result = await agent_for(model, history).run(question, conversation_id="conv")
         return result.all_messages()
 
     run_messages = asyncio.run(run())
     model.close()
-    returns = {p.tool_call_id: p.content for m in run_messages for p in m.parts if isinstance(p, ToolReturnPart)}
-    assert returns == {"r1": NO_WORDS}
+    return {p.tool_call_id: p.content for m in run_messages for p in m.parts if isinstance(p, ToolReturnPart)}

@@ -399,8 +399,10 @@ def test_long_names_and_keys_never_push_a_page_sideways(tmp_path, browser, shots
                 Message("q", "user", "look it up", 1),
                 Message("r1", "tool_output", "first", 1, tool_key=LONG_KEY),
                 Message("r2", "tool_output", "second", 2, tool_key=LONG_KEY),
+                Message(LONG_KEY, "user", "said, then erased", 2),
             ],
         )
+        store.erase(LONG_NAME, LONG_KEY)
     browser.set_window_size(width, 900)
     try:
         with serving(url) as (base, _):
@@ -411,6 +413,7 @@ def test_long_names_and_keys_never_push_a_page_sideways(tmp_path, browser, shots
                 f"/message?session={name}&id=r1",
                 f"/chart?session={name}",
                 f"/prompt?session={name}",
+                f"/erasures?session={name}",
             ):
                 browser.get(base + path)
                 browser.save_screenshot(str(shots / f"long-{width}-{path.split('?')[0].strip('/') or 'sessions'}.png"))
@@ -482,3 +485,32 @@ def test_navigation_filters_search_go_to_and_sort(demo, browser, shots):
     ]
     assert tokens == sorted(tokens, reverse=True) and len(tokens) == len(store.sessions())
     assert browser.find_element(By.ID, "count").text.startswith(str(len(store.sessions())))
+
+
+def test_an_operator_follows_an_erasure_from_the_session_to_its_receipt_and_back(tmp_path, browser, shots):
+    url = f"sqlite:///{tmp_path / 'erased.db'}"
+    with PruneStore(url) as store:
+        store.append(
+            "support",
+            [
+                Message("fmt-1", "tool_output", "format: CSV DEFINE:fmt", 1, tool_key="prefs"),
+                Message("addr", "user", "My address is 1 Secret Lane", 2),
+                Message("fmt-2", "tool_output", "format: TSV DEFINE:fmt", 3, tool_key="prefs"),
+                Message("ask", "user", "Export it REF:fmt", 4),
+            ],
+        )
+        receipt = store.erase("support", ["addr", "fmt-2"])
+        assert receipt.changed == {"fmt-1": ("superseded", "kept")}
+    with serving(url) as (base, _):
+        browser.get(session_url(base, "support"))
+        follow(browser, browser.find_element(By.ID, "erasures"))
+        browser.save_screenshot(str(shots / "erasures.png"))
+        section = browser.find_element(By.ID, "e1")
+        assert "Secret Lane" not in browser.page_source
+        assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#erased-1 a")] == list(receipt.erased)
+        assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#added-1 a")] == ["fmt-1"]
+        assert "fmt-1: superseded → kept" in section.text
+        follow(browser, browser.find_element(By.CSS_SELECTOR, "#erased-1 a"))
+        assert browser.find_element(By.ID, "message-id").text == "addr"
+        follow(browser, browser.find_element(By.CSS_SELECTOR, "#erased-by a"))
+        assert browser.current_url.endswith("/erasures?session=support#e1")

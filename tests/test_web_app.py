@@ -248,6 +248,30 @@ def test_an_erased_message_shows_as_a_tombstone_with_its_cause(store):
     )
 
 
+def test_the_erasures_page_lists_each_receipt_with_links_and_the_tombstone_links_back(store):
+    tools = [Message(f"t{i}", "tool_output", f"SECRETWORD listing {i}", i, tool_key="ls") for i in range(3)]
+    store.append("e", [*tools, Message("<u>", "user", "hello", 3)])
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+    assert 'id="erasures"' not in client.get("/session", params={"name": "e"}).text
+    assert 'id="none"' in client.get("/erasures", params={"session": "e"}).text
+    first, second = store.erase("e", ["t2", "<u>"]), store.erase("e", "t1")
+    page = client.get("/session", params={"name": "e"})
+    assert re.search(r'<a id="erasures" href="/erasures\?session=e">Erasures \(2\)</a>', page.text)
+    listing = client.get("/erasures", params={"session": "e"})
+    assert listing.status_code == 200 and "SECRETWORD" not in listing.text
+    sections = re.findall(r'<section class="receipt" id="e(\d)">(.*?)</section>', listing.text, re.S)
+    assert [n for n, _ in sections] == ["1", "2"]
+    linked = [re.findall(r'href="/message\?session=e&amp;id=([^"]+)"', body) for _, body in sections]
+    assert linked == [["t2", "%3Cu%3E", "t1", "t2", "%3Cu%3E", "t1"], ["t1", "t0", "t1", "t0"]]
+    assert first.at is not None and first.at.strftime("%Y-%m-%d %H:%M:%S UTC") in sections[0][1]
+    assert second.changed == {"t0": ("superseded", "kept")}
+    assert 'superseded</span> → <span class="verdict v-kept">kept' in sections[0][1]
+    tombstone = client.get("/message", params={"session": "e", "id": "t1"})
+    assert re.search(r'<dd id="erased-by"><a href="/erasures\?session=e#e2">erasure 2</a>', tombstone.text)
+    assert 'id="erased-by"' not in client.get("/message", params={"session": "e", "id": "t0"}).text
+    assert client.get("/erasures", params={"session": "nobody"}).status_code == 404
+
+
 def test_an_empty_session_has_its_pages(store):
     store.append("emptied", Message("only", "user", "hello", 0))
     store.pop("emptied")

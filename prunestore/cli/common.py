@@ -6,6 +6,7 @@ import functools
 import json
 import sys
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict
 from typing import Any
 
 import click
@@ -14,6 +15,7 @@ from .. import __version__
 from ..errors import PruneStoreError, StoreNotFoundError
 from ..model import StoredMessage
 from ..prices import PRICES, Prices
+from ..results import Erasure
 from ..sql import db
 from ..store import PruneStore
 
@@ -77,6 +79,21 @@ def open_store(ctx: click.Context, *, reading: bool = False) -> PruneStore:
 
 def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
+
+
+def receipt_json(receipt: Erasure) -> dict[str, Any]:
+    """An erasure's receipt as JSON: its fields, the time in ISO 8601."""
+    return {**asdict(receipt), "at": receipt.at.isoformat() if receipt.at else None}
+
+
+def echo_receipt(receipt: Erasure) -> None:
+    """An erasure's receipt as lines: what it erased, each other verdict it moved, how the prompt moved."""
+    when = f" at {receipt.at.isoformat(timespec='seconds')}" if receipt.at else ""
+    erased = f"erased {len(receipt.erased)} message(s) of {receipt.session}{when}: {' '.join(receipt.erased)}"
+    click.echo(printable(erased))
+    for message_id, (was, now) in receipt.changed.items():
+        click.echo(printable(f"  {message_id}: {was} -> {now}"))
+    click.echo(f"  {len(receipt.live_removed)} no longer live, {len(receipt.live_added)} live again")
 
 
 # Control characters (NUL, ESC, ...) and the bidirectional overrides that could

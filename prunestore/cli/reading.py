@@ -21,11 +21,13 @@ from .common import (
     command,
     counted,
     echo_json,
+    echo_receipt,
     main,
     message_rows,
     open_store,
     printable,
     printable_text,
+    receipt_json,
     table,
 )
 
@@ -144,6 +146,21 @@ def recall(
     with open_store(ctx, reading=True) as store:
         found = store.recall(session, key=key, text=text, first=first, last=last, limit=limit)
     _print_messages(found, as_json)
+
+
+@command(main)
+@click.argument("session")
+def erasures(ctx: click.Context, session: str, as_json: bool) -> None:
+    """The receipts of SESSION's erasures, oldest first: what each erased and what that changed."""
+    with open_store(ctx, reading=True) as store:
+        receipts = store.erasures(session)
+    if as_json:
+        echo_json([receipt_json(r) for r in receipts])
+        return
+    for receipt in receipts:
+        echo_receipt(receipt)
+    if not receipts:
+        click.echo(f"no erasure in {printable(session)}")
 
 
 @command(main)

@@ -31,11 +31,13 @@ from .common import (
     confirm,
     counted,
     echo_json,
+    echo_receipt,
     main,
     open_store,
     policy_changes,
     prices_label,
     printable,
+    receipt_json,
 )
 
 
@@ -301,12 +303,9 @@ def erase(ctx: click.Context, session: str, message_ids: tuple[str, ...], yes: b
     with open_store(ctx) as store:
         receipt = store.erase(session, message_ids)
     if as_json:
-        echo_json(asdict(receipt))
+        echo_json(receipt_json(receipt))
         return
-    click.echo(printable(f"erased {len(receipt.erased)} message(s) of {session}: {' '.join(receipt.erased)}"))
-    for message_id, (was, now) in receipt.changed.items():
-        click.echo(printable(f"  {message_id}: {was} -> {now}"))
-    click.echo(f"  {len(receipt.live_removed)} no longer live, {len(receipt.live_added)} live again")
+    echo_receipt(receipt)
 
 
 def _roles(text: str | None) -> frozenset[str] | None:

@@ -174,3 +174,15 @@ KEYS = sa.Table(
     sa.Column("evicted_refs", sa.Integer, nullable=False, server_default="0"),
     sqlite_with_rowid=False,
 )
+
+# The receipt of each erasure that erased something, numbered from 1 per session (docs/semantics.md,
+# "Erasure"): ids and verdicts only, never what was erased. Not partitioned: an erasure is rare.
+ERASURES = sa.Table(
+    "prunestore_erasures",
+    metadata,
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
+    sa.Column("number", sa.BigInteger, primary_key=True, autoincrement=False),
+    sa.Column("at", sa.BigInteger, nullable=False),  # microseconds since 1970 (UTC), as a message's time
+    sa.Column("receipt", sa.Text, nullable=False),  # JSON: erased, changed, live_added, live_removed
+    sqlite_with_rowid=False,
+)

@@ -205,7 +205,7 @@ DELETE_DERIVED = [
 ]
 _DELETE_SESSION = DELETE_DERIVED + [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_messages", "prunestore_sessions")
+    for table in ("prunestore_erasures", "prunestore_messages", "prunestore_sessions")
 ]
 
 

@@ -6,6 +6,8 @@
   messages folded in place with their verdict and cause (`PruneStore.window`);
 - ``/message?session=&id=``: why one message has its verdict, with links
   (`PruneStore.entry`);
+- ``/erasures?session=``: the receipts of the session's erasures, each with
+  the messages it erased and the verdicts it moved (`PruneStore.erasures`);
 - ``/chart?session=``: the prompt's tokens per turn before and after pruning
   (`PruneStore.history`), with the budget and the removal events;
 - ``/prompt?session=&format=&placeholders=1``: the prompt as sent, exactly
@@ -44,7 +46,7 @@ from ..catalog import MOST
 from ..errors import DatabaseError, MessageNotFoundError, PruneStoreError, SessionNotFoundError
 from ..formats import FORMATS, Format
 from ..formats.plan import item_of
-from ..model import LIVE_VERDICTS, ROLES, VERDICTS
+from ..model import ERASED, LIVE_VERDICTS, ROLES, VERDICTS
 from ..results import Entry, SessionSummary
 from ..sql import db
 from ..store import PruneStore
@@ -83,8 +85,11 @@ def _url(path: str, **params: object) -> str:
     return f"{path}?{query}" if query else path
 
 
-def _when(seconds: int) -> str:
-    return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if seconds else "—"
+def _when(at: int | datetime | None) -> str:
+    """A time as the pages show it, in UTC: a stored one in seconds (0: never) or a datetime."""
+    if isinstance(at, int):
+        at = datetime.fromtimestamp(at, timezone.utc) if at else None
+    return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "—"
 
 
 def _window_start(seq: int) -> int:
@@ -296,12 +301,29 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             roles=sorted(ROLES),
             marks=marks,
             prices=store.policy.prices,
+            erasures=len(store.erasures(name)),
         )
 
     def message(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
         read = store.entry(name, message_id)
-        return page(request, "message.html", session=name, m=read.message, why=read.explanation, limit=MESSAGE_CHARS)
+        receipt = None
+        if read.message.verdict == ERASED:  # the latest receipt naming it, if one was kept
+            numbered = reversed(list(enumerate(store.erasures(name), 1)))
+            receipt = next(((n, r) for n, r in numbered if message_id in r.erased), None)
+        return page(
+            request,
+            "message.html",
+            session=name,
+            m=read.message,
+            why=read.explanation,
+            limit=MESSAGE_CHARS,
+            receipt=receipt,
+        )
+
+    def erasures(request: Request) -> Response:
+        name = _text(request, "session")
+        return page(request, "erasures.html", session=name, receipts=store.erasures(name))
 
     def content(request: Request) -> Response:
         name, message_id = _text(request, "session"), _text(request, "id")
@@ -341,6 +363,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             Route("/", sessions, methods=["GET"]),
             Route("/session", session, methods=["GET"]),
             Route("/message", message, methods=["GET"]),
+            Route("/erasures", erasures, methods=["GET"]),
             Route("/content", content, methods=["GET"]),
             Route("/chart", chart, methods=["GET"]),
             Route("/prompt", prompt, methods=["GET"]),
