@@ -38,6 +38,7 @@ from .results import (
     Explanation,
     GcReport,
     HistoryPoint,
+    PromptSource,
     SessionSummary,
     Stats,
     VerifyReport,
@@ -299,6 +300,9 @@ class AsyncPruneStore:
 
     async def entry(self, session: str, message_id: str) -> Entry:
         return await self._call(PruneStore.entry, session, message_id)
+
+    async def prompt_messages(self, session: str) -> PromptSource:
+        return await self._call(PruneStore.prompt_messages, session)
 
     async def erasures(self, session: str) -> list[Erasure]:
         return await self._call(PruneStore.erasures, session)

@@ -21,6 +21,7 @@ __all__ = [
     "SessionSummary",
     "Entry",
     "Window",
+    "PromptSource",
     "HistoryPoint",
 ]
 
@@ -350,6 +351,20 @@ class Window:
     session: SessionSummary
     after: int  # the seq before the first entry
     entries: tuple[Entry, ...]
+
+
+@dataclass(frozen=True)
+class PromptSource:
+    """The stored messages that decide a session's prompt, in append order, and the session's size, all read
+    in one snapshot: what `render` reads (`PruneStore.prompt_messages`).
+
+    `formats.render` of the messages is the session's prompt; its report counts those messages as
+    stored, where the session holds `stored` messages of `tokens` tokens.
+    """
+
+    messages: tuple[StoredMessage, ...]
+    stored: int  # the session's messages
+    tokens: int  # and their tokens
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,18 @@ from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
 from .model import ROLES, VERDICTS, Policy, StoredMessage
 from .prices import Prices, chosen_prices
-from .results import Entry, Erasure, Explanation, GcReport, HistoryPoint, SessionSummary, Stats, VerifyReport, Window
+from .results import (
+    Entry,
+    Erasure,
+    Explanation,
+    GcReport,
+    HistoryPoint,
+    PromptSource,
+    SessionSummary,
+    Stats,
+    VerifyReport,
+    Window,
+)
 from .sql import db
 from .sql.calls import prompt_rows
 from .sql.driver import Driver
@@ -111,15 +122,30 @@ class StoreReads:
         `format` is "openai", "anthropic" or "text"; `dropped` is "omit" or
         "placeholder" (a pruned tool result keeps its call and says why it is gone).
         """
+        links = RenderLinks()
+        source = self._prompt_source(session, links)
+        return render_prompt(source.messages, format, dropped, (source.stored, source.tokens), links.items)
+
+    def prompt_messages(self, session: str) -> PromptSource:
+        """The stored messages that decide the session's prompt, with the session's size: what `render` reads.
+
+        The live messages, the session's last ones back to one that is not a
+        tool result, and every message that makes or answers a call those
+        name, in append order; `render` of them is the session's prompt. For
+        a view of the prompt and of the calls it leaves out, at the cost of
+        the prompt rather than of the session.
+        """
+        return self._prompt_source(session, RenderLinks())
+
+    def _prompt_source(self, session: str, links: RenderLinks) -> PromptSource:
         with db.transaction(self.engine, f"read session {session!r}") as driver:
             row = self._session(driver, session)
-            links = RenderLinks()
             read = prompt_rows(driver, row, links)
-            if read is None:
+            if read is None:  # a call with no id: the index cannot find what answers it
                 messages = [stored_message(r) for r in driver.all(ALL_MESSAGES, {"sid": row.session_id})]
             else:
                 messages = [message for _, message in read]
-        return render_prompt(messages, format, dropped, (row.last_seq, row.totals.tokens), links.items)
+            return PromptSource(tuple(messages), row.last_seq, row.totals.tokens)
 
     def sessions(
         self,

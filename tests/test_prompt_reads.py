@@ -22,6 +22,7 @@ from prunestore import Message, Policy, formats
 from prunestore.formats import Continuation, from_openai
 from prunestore.integrations.openai_chat import OPENAI_CHAT
 from prunestore.sql.calls import call_ids
+from prunestore.web.prompt import prompt_page
 
 _names = itertools.count()
 POLICY = Policy(budget=120, clear_at_least=40)
@@ -75,9 +76,16 @@ def test_prompts_through_the_index_of_calls_equal_prompts_from_every_message(sto
         every = cold.view(session, _EveryMessage())
         assert a.view(session, OPENAI_CHAT) == every
         assert cold.view(session, OPENAI_CHAT) == every
-        stored = a.messages(session)
+        stored, source = a.messages(session), a.prompt_messages(session)
+        deciding, size = list(source.messages), (source.stored, source.tokens)
+        assert size == (len(stored), sum(m.tokens for m in stored))
+        assert {m.id for m in a.live(session)} <= {m.id for m in deciding}
+        assert deciding == [m for m in stored if m.id in {d.id for d in deciding}]  # as stored, in append order
         for format, dropped in itertools.product(("openai", "anthropic", "text"), ("omit", "placeholder")):
             assert a.render(session, format, dropped=dropped) == formats.render(stored, format, dropped)
+            # the web view's prompt page, calls left out included, from what render reads
+            placeholders = dropped == "placeholder"
+            assert prompt_page(deciding, format, placeholders, size) == prompt_page(stored, format, placeholders)
 
 
 class _Counting:

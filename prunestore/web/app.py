@@ -11,7 +11,8 @@
 - ``/chart?session=``: the prompt's tokens per turn before and after pruning
   (`PruneStore.history`), with the budget and the removal events;
 - ``/prompt?session=&format=&placeholders=1``: the prompt as sent, exactly
-  what `PruneStore.render` gives, with the calls it leaves out and why.
+  what `PruneStore.render` gives, with the calls it leaves out and why, from
+  what render reads (`PruneStore.prompt_messages`).
 
 Names and ids travel as query parameters, so ``/``, ``?``, ``#`` and ``%``
 in them are ordinary characters. Only GET exists. Text is escaped by the
@@ -332,12 +333,13 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
 
     def prompt(request: Request) -> Response:
         name = _text(request, "session")
-        stored = store.messages(name)  # a prompt is the whole session: render reads it all, as a provider send does
-        chosen = request.query_params.get("format") or format_of(stored)
+        source = store.prompt_messages(name)  # what render reads: the prompt, and the calls tied to it
+        chosen = request.query_params.get("format") or format_of(source.messages)
         if chosen not in FORMATS:
             raise HTTPException(400, f"format={chosen[:30]!r}: must be one of {', '.join(FORMATS)}")
         placeholders = request.query_params.get("placeholders") == "1"
-        laid_out = prompt_page(stored, cast(Format, chosen), placeholders)  # one of FORMATS: checked above
+        size = (source.stored, source.tokens)
+        laid_out = prompt_page(source.messages, cast(Format, chosen), placeholders, size)  # a format checked above
         return page(request, "prompt.html", name=name, prompt=laid_out, placeholders=placeholders, formats=FORMATS)
 
     def chart(request: Request) -> Response:

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..formats import Format, render
+from ..formats import Dropped, Format, render, render_prompt
 from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of
 from ..model import LIVE_VERDICTS, StoredMessage
 
@@ -115,9 +115,16 @@ def _anthropic(system: Any, messages: list[dict], sources: dict[str, str]) -> li
     return out
 
 
-def prompt_page(stored: Sequence[StoredMessage], format: Format, placeholders: bool) -> PromptPage:
-    """`render`'s prompt for `format`, as parts, and every stored call it does not send."""
-    rendered = render(stored, format, "placeholder" if placeholders else "omit")
+def prompt_page(
+    stored: Sequence[StoredMessage], format: Format, placeholders: bool, session: tuple[int, int] | None = None
+) -> PromptPage:
+    """`render`'s prompt for `format`, as parts, and every stored call it does not send.
+
+    `stored` is the session's messages, or those that decide its prompt (`PruneStore.prompt_messages`)
+    with the session's size as `session` (messages, tokens).
+    """
+    dropped: Dropped = "placeholder" if placeholders else "omit"
+    rendered = render(stored, format, dropped) if session is None else render_prompt(stored, format, dropped, session)
     items = [item_of(m) for m in stored]
     results = {i.call_id: i.message for i in items if i.role == "tool" and i.call_id is not None}
     sources = {call_id: m.id for call_id, m in results.items()}
