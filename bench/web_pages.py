@@ -9,9 +9,13 @@ HTTP, in turn, `--rounds` times, and the table gives the median and the
 * the sessions page (the first page, and a prefix search);
 * the session's first, middle and last window of messages, folded and with everything shown;
 * a restored message's explanation (which reads the session's references), and a kept one's;
-* the chart of tokens per turn (one point per turn of the session).
+* the chart of tokens per turn (one point per turn of the session);
+* the prompt as sent (what `render` gives, and the calls it leaves out).
 
-    python bench/web_pages.py [--messages 10000] [--rounds 30]
+With `--budget N` the store's policy holds the prompt to N tokens (removal
+events of at least N/4), so the prompt stays the same size as the session grows.
+
+    python bench/web_pages.py [--messages 10000] [--rounds 30] [--budget N]
 """
 
 from __future__ import annotations
@@ -28,15 +32,15 @@ from datetime import date
 from pathlib import Path
 from urllib.parse import quote, urlencode
 
-from prunestore import Message, PruneStore
+from prunestore import Message, Policy, PruneStore
 from prunestore.showcase.workloads import generate
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from webpages import serving  # noqa: E402  (the tests' way of running the command)
 
 
-def fill(url: str, messages: int) -> str:
-    with PruneStore(url) as store:
+def fill(url: str, messages: int, policy: Policy) -> str:
+    with PruneStore(url, policy=policy) as store:
         turns = generate("agent", messages // 4)
         stored = 0
         for batch in turns.by_turn():
@@ -46,7 +50,8 @@ def fill(url: str, messages: int) -> str:
                 break
         for i in range(1000):
             store.append(f"user-{i:04}", [Message("q", "user", f"question {i}", 0), Message("a", "assistant", "ok", 0)])
-        return next(m.id for m in store.messages("agent-long") if m.verdict == "restored")
+        session = store.messages("agent-long")
+        return next((m.id for m in session if m.verdict == "restored"), session[0].id)  # under a budget: perhaps none
 
 
 def fetch(address: str) -> float:
@@ -61,10 +66,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--messages", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=30)
+    parser.add_argument("--budget", type=int, help="the store's budget, in tokens (default: none)")
     args = parser.parse_args()
+    policy = Policy(budget=args.budget, clear_at_least=args.budget // 4) if args.budget else Policy()
     with tempfile.TemporaryDirectory() as tmp:
         url = f"sqlite:///{Path(tmp) / 'web.db'}"
-        restored = fill(url, args.messages)
+        restored = fill(url, args.messages, policy)
         with PruneStore(url) as store:
             summary = store.summary("agent-long")
             kept = store.messages("agent-long")[-1].id
@@ -84,6 +91,7 @@ def main() -> None:
             "message, restored": "/message?" + q(session="agent-long", id=restored),
             "message, kept": "/message?" + q(session="agent-long", id=kept),
             "chart": "/chart?" + q(session="agent-long"),
+            "prompt as sent": "/prompt?" + q(session="agent-long"),
         }
         with serving(url) as (base, _):
             for path in pages.values():  # warm up: the first request of each page compiles its template
@@ -93,12 +101,16 @@ def main() -> None:
                 for name, path in pages.items():
                     times[name].append(fetch(base + path))
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    print(f"python bench/web_pages.py --messages {args.messages} --rounds {args.rounds}")
+    budget = f" --budget {args.budget}" if args.budget else ""
+    print(f"python bench/web_pages.py --messages {args.messages} --rounds {args.rounds}{budget}")
     print(
         f"{date.today()}, commit {commit or 'unknown'}, {platform.machine()}, {platform.system()}, "
         f"Python {platform.python_version()}"
     )
-    print(f"session agent-long: {summary.messages:,} messages, turn {summary.current_turn}, beside 1,000 others\n")
+    print(
+        f"session agent-long: {summary.messages:,} messages, turn {summary.current_turn}, "
+        f"{summary.live_tokens:,} of {summary.tokens:,} tokens in the prompt, beside 1,000 others\n"
+    )
     print(f"{'page':28} {'p50 ms':>8} {'p95 ms':>8}")
     for name, values in times.items():
         values.sort()
