@@ -120,3 +120,19 @@ def test_words_match_with_case_folded_as_python_folds_it(store):
         ("missing", []),
     ]:
         assert [m.id for m in store.recall("s", text=words)] == expected, words
+
+
+def test_words_holding_like_wildcards_match_as_written(store):
+    """%, _ and \\ in a word are characters like any other, on every backend."""
+    texts = ["100% sure", "100 percent", "snake_case", "snakeXcase", "C:\\temp\\new", "C:tempnew", "50%_\\ mix"]
+    store.append("s", [Message(f"m{i}", "tool_output", t, 0, tool_key="same") for i, t in enumerate(texts)])
+    store.append("s", Message("last", "tool_output", "the latest", 1, tool_key="same"))
+    for words, expected in [
+        ("100%", ["m0"]),
+        ("e_c", ["m2"]),
+        ("\\temp\\", ["m4"]),
+        ("%_\\", ["m6"]),
+        ("%", ["m0", "m6"]),
+        ("_", ["m2", "m6"]),
+    ]:
+        assert [m.id for m in store.recall("s", text=words)] == expected, words
