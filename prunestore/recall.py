@@ -29,7 +29,7 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
     """The session's messages out of the prompt, newest first, that may match: the conditions only narrow.
 
     A key is looked for with LIKE (whose "_" matches any character, and which ignores ASCII case on
-    SQLite); a word in the content with ASCII case folded (LIKE on SQLite), where the content is ASCII (there folding
+    SQLite); a word in the content with ASCII case folded, where the content is ASCII (there folding
     ASCII is all that casefold does); other content (non-ASCII, or stored escaped for its NULs) goes
     through, and it alone may hold a word that is not ASCII or holds NUL. Each row is then checked exactly.
     """
@@ -40,8 +40,8 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
         if postgres:  # lower() under the "C" collation folds ASCII only, whatever the database's locale
             found = 'strpos(lower(content COLLATE "C"), :w{i}) > 0'
             unusual = "content_escaped = 1 OR octet_length(convert_to(content, 'UTF8')) <> char_length(content)"
-        else:  # SQLite's LIKE ignores ASCII case only (and copies nothing, unlike lower())
-            found = "content LIKE :w{i} ESCAPE '\\'"
+        else:  # SQLite's lower() folds ASCII only
+            found = "instr(lower(content), :w{i}) > 0"
             unusual = "content_escaped = 1 OR length(CAST(content AS BLOB)) <> length(content)"
         for i, plain in enumerate(shape[2]):  # a word that is not plain can only be in unusual content
             word = found.format(i=i)
@@ -51,11 +51,6 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
             f"AND NOT ({IN_PROMPT}){''.join(conditions)} ORDER BY seq DESC LIMIT :chunk"
         )
     return cached
-
-
-def _like_pattern(word: str) -> str:
-    """A LIKE pattern matching text that holds `word`: its own %, _ and \\ escaped."""
-    return "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
 def _plain(word: str) -> bool:
@@ -109,9 +104,7 @@ def _matches(driver: Driver, sid: int, query: Query, high: int, limit: int) -> I
     """
     statement = _statement(driver.postgres, query.key is not None, query.words)
     params: dict = {"sid": sid, "low": query.low}
-    for i, word in enumerate(query.words):
-        if _plain(word):
-            params[f"w{i}"] = word if driver.postgres else _like_pattern(word)
+    params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
     if query.key is not None:
         params["key_pattern"] = f"% {query.key} %"
     filtered = query.key is not None or query.words
