@@ -202,13 +202,16 @@ def import_files(
         max_workers=workers, mp_context=context, initializer=_worker_setup, initargs=(os.getpid(),)
     )
     try:
-        pending: deque[tuple[Future, str]] = deque()
-        for chunk, first, source in _chunks(files, batch_size, progress, line_limit(store.options)):
-            pending.append((pool.submit(prepare_lines, chunk, first, store.options, source), source))
-            if len(pending) > workers:  # the workers prepare the next batches while the oldest is appended
+        with _between_batches() as interrupted:
+            pending: deque[tuple[Future, str]] = deque()
+            for chunk, first, source in _chunks(files, batch_size, progress, line_limit(store.options)):
+                pending.append((pool.submit(prepare_lines, chunk, first, store.options, source), source))
+                if len(pending) > workers:  # the workers prepare the next batches while the oldest is appended
+                    _append(store, *pending.popleft(), done)
+                    interrupted()
+            while pending:
                 _append(store, *pending.popleft(), done)
-        while pending:
-            _append(store, *pending.popleft(), done)
+                interrupted()
     except KeyboardInterrupt:
         raise ImportInterrupted(done.summary()) from None
     except PruneStoreError as exc:
@@ -221,6 +224,42 @@ def import_files(
         pool.shutdown(wait=True, cancel_futures=True)
     db.analyze(store.engine)  # a bulk load leaves PostgreSQL's statistics behind (see `db.analyze`)
     return done.summary()
+
+
+@contextmanager
+def _between_batches() -> Iterator[Callable[[], None]]:
+    """Ctrl-C, noted and acted on between batches: yields a check that raises `KeyboardInterrupt` once one came.
+
+    A KeyboardInterrupt raised wherever the main thread happens to be can land
+    inside the database driver or the connection pool, which then print their
+    own traceback beside the import's one line. A batch is committed whole or
+    not at all either way; this only chooses where the interrupt is felt. A
+    second Ctrl-C interrupts at once. Where Ctrl-C is not Python's default
+    (ignored, the caller's own handler, or a thread other than the main one),
+    nothing changes.
+    """
+    seen: list[int] = []
+
+    def note(signum: int, frame: object) -> None:
+        seen.append(signum)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def check() -> None:
+        if seen:
+            raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield check
+        return
+    previous = signal.getsignal(signal.SIGINT)
+    if previous is not signal.default_int_handler:
+        yield check
+        return
+    signal.signal(signal.SIGINT, note)
+    try:
+        yield check
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def _worker_setup(parent: int) -> None:
