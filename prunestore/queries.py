@@ -79,6 +79,7 @@ _HISTORY = Statement(
     "WHERE session_id = :sid AND live_tokens_after IS NOT NULL ORDER BY seq"
 )
 _SUMMARY = Statement(f"SELECT {SUMMARY_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
+_ERASURES = Statement("SELECT count(*) FROM prunestore_erasures WHERE session_id = :sid")
 _NEXT_HOLDER = Statement(
     "SELECT id FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key AND seq > :seq "
     "ORDER BY seq LIMIT 1"
@@ -203,7 +204,8 @@ def window(
     for message, content_hash, length in map(with_length, rows):
         explanation = _explained(driver, session, row, message, content_hash, policy, referrers=False)
         entries.append(Entry(_clipped(message, chars), explanation, length))
-    return Window(summary(driver, row.session_id), after, tuple(entries))
+    erasures = driver.scalar(_ERASURES, {"sid": row.session_id})
+    return Window(summary(driver, row.session_id), after, tuple(entries), erasures)
 
 
 def _clipped(message: StoredMessage, chars: int | None) -> StoredMessage:

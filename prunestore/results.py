@@ -351,6 +351,7 @@ class Window:
     session: SessionSummary
     after: int  # the seq before the first entry
     entries: tuple[Entry, ...]
+    erasures: int = 0  # receipts kept of the session's erasures (`PruneStore.erasures`)
 
 
 @dataclass(frozen=True)

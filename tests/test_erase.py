@@ -99,6 +99,7 @@ def test_erasure_leaves_the_state_a_batch_over_the_tombstones(open_store, policy
             kept += [receipt] if newly else []
             assert (receipt.at is not None) == bool(newly)
             assert store.erasures(session) == kept
+            assert store.window(session, limit=1).erasures == len(kept)
     assert store.verify(session).ok
 
 
@@ -293,10 +294,10 @@ def test_each_erasure_s_receipt_is_kept_in_order_without_what_it_erased(open_sto
     assert second.erased == ("m5",)
     assert second.changed == {"m3": ("superseded", "kept")} and second.live_added == ("m3",)
     assert started <= first.at <= second.at <= datetime.now(timezone.utc) + timedelta(seconds=1)
-    assert reader.erasures("s") == [first, second]
+    assert reader.erasures("s") == [first, second] and reader.window("s").erasures == 2
     assert not any(MARKER in repr(r) for r in reader.erasures("s"))
     store.fork("s", "m5", "s-fork")  # the copy's tombstones are copies: its erasures start afresh
-    assert reader.erasures("s-fork") == []
+    assert reader.erasures("s-fork") == [] and reader.window("s-fork").erasures == 0
     store.append("t", said[:1])
     store.erase("t", "m0")
     store.delete_session("s")

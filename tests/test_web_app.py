@@ -204,7 +204,22 @@ def test_the_chart_takes_the_last_point_of_each_turn_and_thins_only_what_one_pix
     assert min(p.live_tokens for p in kept) == min(p.live_tokens for p in turns)
     chart = tokens_chart(points, budget=5000)
     assert chart.turn_count == len(turns) and len(chart.after.split()) == len(chart.turns) < len(turns)
-    assert [turn for _, turn, _ in chart.events] == [b.turn for a, b in pairwise(turns) if b.events > a.events]
+
+    dense = [HistoryPoint(seq, seq // 3, seq * 10, 100, seq // 4) for seq in range(1, 30_000)]
+    chart, turns = tokens_chart(dense, budget=5000), per_turn(dense)
+    added = {b.turn: b.events - a.events for a, b in pairwise(turns) if b.events > a.events}
+    # One mark per pixel column, standing for the event turns that fall on it, in order and each once.
+    assert [int(x) for x, *_ in chart.events] == sorted({int(x) for x, *_ in chart.events})
+    assert len(chart.events) <= chart.plot[2] - chart.plot[0] + 1 < len(added)
+    covered = [turn for _, first, last, _ in chart.events for turn in added if first <= turn <= last]
+    assert covered == list(added)
+    assert [n for *_, n in chart.events] == [
+        sum(n for turn, n in added.items() if first <= turn <= last) for _, first, last, _ in chart.events
+    ]
+    few = tokens_chart(points[:300], budget=5000)  # a turn every few pixels: a mark per event turn
+    assert [(first, last) for _, first, last, _ in few.events] == [
+        (b.turn, b.turn) for a, b in pairwise(per_turn(points[:300])) if b.events > a.events
+    ]
 
 
 def test_a_page_is_one_snapshot_while_another_store_appends(filled, store_url):

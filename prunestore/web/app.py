@@ -302,7 +302,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             roles=sorted(ROLES),
             marks=marks,
             prices=store.policy.prices,
-            erasures=len(store.erasures(name)),
+            erasures=window.erasures,
         )
 
     def message(request: Request) -> Response:

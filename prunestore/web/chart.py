@@ -36,7 +36,8 @@ class Chart:
     after: str  # the same, of the tokens in the prompt
     after_xy: tuple[tuple[float, float], ...]
     before_xy: tuple[float, ...]  # the y of each turn's stored tokens (x as in `after_xy`): a lone turn draws no line
-    events: tuple[tuple[float, int, int], ...]  # (x, turn, events that turn) where removal events happened
+    # Where removal events happened, one mark per pixel column: (x, first turn, last turn, events in those turns).
+    events: tuple[tuple[float, int, int, int], ...]
     budget_y: float | None  # the budget now
     budgets: tuple[tuple[float, float, float, int], ...]  # (x from, x to, y, budget): each budget where it applied
     changes: tuple[tuple[float, int, str], ...]  # (x, turn, what changed) where the policy changed
@@ -105,7 +106,7 @@ def tokens_chart(
     x, y, x_ticks, y_ticks = _frame(turns, y_end)
     xs = [x(p.turn) for p in turns]
     after = tuple(zip(xs, [y(p.live_tokens) for p in turns], strict=True))
-    events: list[tuple[float, int, int]] = []
+    events: list[tuple[float, int, int, int]] = []
     changes: list[tuple[float, int, str]] = []
     segments: list[tuple[float, float, float, int]] = []
     previous: HistoryPoint | None = None
@@ -121,8 +122,8 @@ def tokens_chart(
             what = f"policy changed: {_shown(applied(previous))} → {_shown(applied(p))}"  # its events are not removals
             changes.append((x(p.turn), p.turn, what))
         elif p.events > (previous.events if previous else 0):
-            events.append((x(p.turn), p.turn, p.events - (previous.events if previous else 0)))
-        if start is None or applied(p) != applied(start):
+            _mark(events, x(p.turn), p.turn, p.events - (previous.events if previous else 0))
+        if start is None or (p.generation != start.generation and applied(p) != applied(start)):
             close(x(p.turn))
             start = p
         previous = p
@@ -144,6 +145,19 @@ def tokens_chart(
         y_ticks=y_ticks,
         plot=(left, top, right, bottom),
     )
+
+
+def _mark(events: list[tuple[float, int, int, int]], at: float, turn: int, count: int) -> None:
+    """Add `count` events at `turn` to the marks: to the last one where it falls on the same pixel column.
+
+    A long session has more event turns than the chart has pixels; one mark per column draws the same
+    picture, and its title says which turns it stands for and how many events they had.
+    """
+    if events and int(events[-1][0]) == int(at):
+        first_x, first, _, before = events[-1]
+        events[-1] = (first_x, first, turn, before + count)
+    else:
+        events.append((at, turn, turn, count))
 
 
 def _frame(
