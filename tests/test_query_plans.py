@@ -193,3 +193,19 @@ def test_prompt_reads_under_a_budget_read_the_held_index_and_the_rows_from_the_c
     if store.engine.dialect.name == "sqlite":
         plan = " ".join(plan_of(store, *recorded[live[0].text]))
         assert "prunestore_messages_held" in plan, plan
+
+
+def test_the_history_is_read_from_its_index_alone(open_store, recorded):
+    """A chart reads one row per append, every column from the partial index of those rows: never the table."""
+    store = open_store(Policy(budget=60, clear_at_least=20, prices="anthropic-5m"))
+    for turn in range(30):
+        store.append("s", M(f"t{turn}", "tool_output", f"result {turn} of the query", turn, tool_key=f"tool{turn % 3}"))
+    recorded.clear()
+    history = store.history("s")
+    assert len(history) == 30 and all(p.cost is not None for p in history)
+    [(statement, params)] = [(s, p) for text, (s, p) in recorded.items() if "live_tokens_after IS NOT NULL" in text]
+    plan = " ".join(plan_of(store, statement, params))
+    if store.engine.dialect.name == "postgresql":
+        assert plan.startswith("Index Only Scan using prunestore_messages_"), plan  # a partition's has its own name
+    else:
+        assert "USING COVERING INDEX prunestore_messages_appends" in plan, plan

@@ -127,7 +127,17 @@ MESSAGES = sa.Table(
     # The history rows alone, covering what a chart of the prompt's size reads.
     _partial_index(
         "prunestore_messages_appends",
-        ["session_id", "seq", "turn", "tokens_after", "live_tokens_after", "events_after", "generation_after"],
+        [
+            "session_id",
+            "seq",
+            "turn",
+            "tokens_after",
+            "live_tokens_after",
+            "events_after",
+            "generation_after",
+            "cost_after",
+            "everything_after",
+        ],
         "live_tokens_after IS NOT NULL",
     ),
 )
