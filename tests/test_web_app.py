@@ -521,3 +521,26 @@ def test_the_session_page_counts_the_prompt_cache_breaks_by_cause(open_store):
     assert f'<div id="comebacks"><b>{stats.comebacks}</b>comebacks</div>' in page
     assert f"<b>{stats.events}</b>removal events" in page
     assert ('id="late-joins"' in page) == bool(stats.late_joins)
+
+
+def test_the_chart_of_a_long_session_marks_its_events_once_per_pixel_column(store_url):
+    from prunestore import Policy
+
+    with PruneStore(store_url, policy=Policy(budget=60)) as store:
+        for turn in range(1, 1201):  # a removal event at almost every turn: more event turns than pixels
+            store.append("long", Message(f"t{turn}", "user", f"note {turn} " * 3, turn))
+        history = per_turn(store.history("long"))
+        page = TestClient(create_app(store), base_url="http://127.0.0.1:8000").get("/chart", params={"session": "long"})
+    added = {b.turn: b.events - a.events for a, b in pairwise(history) if b.events > a.events}
+    marks = re.findall(
+        r'<line class="event"[^>]*? data-turn="(\d+)"(?: data-last-turn="(\d+)")?><title>([^<]*)</title>', page.text
+    )
+    assert len(added) > 900 and 0 < len(marks) <= 889 and any(last for _, last, _ in marks)
+    counted = 0
+    for first, last, title in marks:
+        within = {turn: n for turn, n in added.items() if int(first) <= turn <= int(last or first)}
+        n = sum(within.values())
+        span = f"turns {first}–{last}" if last else f"turn {first}"
+        assert title == f"{span}: {n} removal event{'s' if n != 1 else ''}" and min(within) == int(first)
+        counted += len(within)
+    assert counted == len(added)  # every event turn in one mark
