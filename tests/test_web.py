@@ -24,7 +24,7 @@ from webpages import chromium, follow, navigation, screenshot_dir, serving
 from prunestore import Message, Policy, PruneStore
 from prunestore.showcase.demo import run_demo
 from prunestore.showcase.workloads import generate
-from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, ROW_CHARS, WINDOW
+from prunestore.web.app import MESSAGE_CHARS, PAGE_SIZE, PROMPT_WINDOW, ROW_CHARS, WINDOW
 from prunestore.web.chart import per_turn
 
 ROWS = """return Array.from(document.querySelectorAll('#messages .msg')).map(e => ({
@@ -314,6 +314,27 @@ def test_the_prompt_page_shows_what_render_gives(tmp_path, browser, shots):
         browser.get(session_url(base, "openai"))
         follow(browser, browser.find_element(By.ID, "prompt"))
         assert browser.find_element(By.ID, "format").text == "openai"
+
+
+def test_a_long_prompt_pages_through_its_windows_and_shows_all(tmp_path, browser):
+    """Next and last lead through the windows of the prompt, in render's order; "Show all" lays out every message."""
+    url = f"sqlite:///{tmp_path / 'long.db'}"
+    with PruneStore(url) as store:
+        store.append("long", [Message(f"m{i}", "user", f"line {i}", i) for i in range(PROMPT_WINDOW + 120)])
+        sent = store.render("long", "openai").messages
+    read = "return Array.from(document.querySelectorAll('#wire .msg.wire')).map(e => +e.dataset.index)"
+    with serving(url) as (base, _):
+        browser.get(f"{base}/prompt?session=long")
+        assert browser.execute_script(read) == list(range(PROMPT_WINDOW))
+        follow(browser, browser.find_element(By.ID, "next"))
+        assert browser.execute_script(read) == list(range(PROMPT_WINDOW, len(sent)))
+        assert browser.find_element(By.ID, "range").text == f"messages {PROMPT_WINDOW + 1}–{len(sent)} of {len(sent)}"
+        texts = "return Array.from(document.querySelectorAll('#wire .part[data-kind=text]')).map(e => e.textContent)"
+        assert browser.execute_script(texts) == [m["content"] for m in sent[PROMPT_WINDOW:]]
+        follow(browser, browser.find_element(By.ID, "all"))
+        assert browser.execute_script(read) == list(range(len(sent)))
+        follow(browser, browser.find_element(By.ID, "paged"))
+        assert browser.execute_script(read) == list(range(PROMPT_WINDOW))
 
 
 HOSTILE_NAMES = ["a/b?c#d%e", "100% & more", "<b>bold</b>", "שלום עולם", "x=1&y=2", "..", "%2F", "tab\there"]

@@ -544,3 +544,34 @@ def test_the_chart_of_a_long_session_marks_its_events_once_per_pixel_column(stor
         assert title == f"{span}: {n} removal event{'s' if n != 1 else ''}" and min(within) == int(first)
         counted += len(within)
     assert counted == len(added)  # every event turn in one mark
+
+
+def test_a_long_prompt_is_shown_a_window_at_a_time(store):
+    """Beyond a window, the prompt page shows 500 of render's messages at a time, and all of them on request."""
+    from prunestore.web.app import PROMPT_WINDOW
+
+    store.append("long", [Message(f"m{i}", "user", f"line {i}", i) for i in range(2 * PROMPT_WINDOW + 50)])
+    sent = store.render("long", "openai").messages
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+
+    def window(**params: object) -> tuple[list[int], list[str], str]:
+        page = client.get("/prompt", params={"session": "long", **params}).text
+        indexes = [int(i) for i in re.findall(r'class="msg wire" data-index="(\d+)"', page)]
+        texts = re.findall(r'data-kind="text" dir="auto">([^<]*)</div>', page)
+        return indexes, texts, page
+
+    total = len(sent)
+    for after in (0, PROMPT_WINDOW, 2 * PROMPT_WINDOW):
+        indexes, texts, page = window(**({"after": after} if after else {}))
+        assert indexes == list(range(after, min(after + PROMPT_WINDOW, total)))
+        assert texts == [m["content"] for m in sent[after : after + PROMPT_WINDOW]]
+        assert f"messages {after + 1}–{min(after + PROMPT_WINDOW, total)} of {total:,}" in page
+        assert ('id="next"' in page) == (after + PROMPT_WINDOW < total) and ('id="previous"' in page) == (after > 0)
+    assert f'id="last" href="/prompt?session=long&amp;format=openai&amp;after={2 * PROMPT_WINDOW}"' in window()[2]
+    indexes, texts, page = window(show="all")
+    assert indexes == list(range(total)) and texts == [m["content"] for m in sent] and 'id="paged"' in page
+    indexes, _, page = window(after=total + 5)
+    assert indexes == [] and f"no messages after #{total + 5}; the prompt holds {total:,}" in page
+    assert client.get("/prompt", params={"session": "long", "after": "-1"}).status_code == 400
+    store.append("short", Message("only", "user", "hi", 0))
+    assert 'id="pages"' not in client.get("/prompt", params={"session": "short"}).text  # one window: no paging

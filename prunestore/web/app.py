@@ -56,6 +56,7 @@ from .prompt import CallMark, call_marks, format_of, prompt_page
 
 PAGE_SIZE = 50  # sessions per page
 WINDOW = 100  # messages per window of a session
+PROMPT_WINDOW = 500  # messages per window of the prompt as sent: a long agent run's, whole
 ROW_CHARS = 2_000  # of a message's text in a session's window
 MESSAGE_CHARS = 65_536  # on a message's page; the whole text is at /content
 
@@ -340,7 +341,21 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         placeholders = request.query_params.get("placeholders") == "1"
         size = (source.stored, source.tokens)
         laid_out = prompt_page(source.messages, cast(Format, chosen), placeholders, size)  # a format checked above
-        return page(request, "prompt.html", name=name, prompt=laid_out, placeholders=placeholders, formats=FORMATS)
+        after, everything = _count(request, "after"), request.query_params.get("show") == "all"
+        shown = laid_out.messages if everything else laid_out.messages[after : after + PROMPT_WINDOW]
+        return page(
+            request,
+            "prompt.html",
+            name=name,
+            prompt=laid_out,
+            placeholders=placeholders,
+            formats=FORMATS,
+            shown=shown,
+            after=0 if everything else after,
+            everything=everything,
+            window=PROMPT_WINDOW,
+            last_window=(max(len(laid_out.messages), 1) - 1) // PROMPT_WINDOW * PROMPT_WINDOW,
+        )
 
     def chart(request: Request) -> Response:
         name = _text(request, "session")
