@@ -575,3 +575,5 @@ def test_a_long_prompt_is_shown_a_window_at_a_time(store):
     assert client.get("/prompt", params={"session": "long", "after": "-1"}).status_code == 400
     store.append("short", Message("only", "user", "hi", 0))
     assert 'id="pages"' not in client.get("/prompt", params={"session": "short"}).text  # one window: no paging
+    beyond = client.get("/prompt", params={"session": "short", "after": 3}).text  # a link taken by hand
+    assert 'class="msg wire"' not in beyond and "no messages after #3; the prompt holds 1" in beyond
