@@ -94,9 +94,9 @@ def _when(at: int | datetime | None) -> str:
     return at.astimezone(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") if at else "—"
 
 
-def _window_start(seq: int) -> int:
-    """The `after` of the window holding `seq`."""
-    return (seq - 1) // WINDOW * WINDOW
+def _window_start(seq: int, size: int = WINDOW) -> int:
+    """The `after` of the window of `size` holding `seq` (counted from 1; 0 is the first window's)."""
+    return (max(seq, 1) - 1) // size * size
 
 
 def _environment() -> jinja2.Environment:
@@ -296,7 +296,6 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             after=after,
             everything=everything,
             window=WINDOW,
-            last_window=_window_start(max(summary.messages, 1)),
             chosen=chosen,
             filtering=bool(only),
             more=more,
@@ -354,7 +353,6 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             after=0 if everything else after,
             everything=everything,
             window=PROMPT_WINDOW,
-            last_window=(max(len(laid_out.messages), 1) - 1) // PROMPT_WINDOW * PROMPT_WINDOW,
         )
 
     def chart(request: Request) -> Response:
