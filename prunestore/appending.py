@@ -273,6 +273,6 @@ def append_locked(
         seqs = [s.seq for s in maintainer.new] + [s.seq for s in changed]
         assert row.stamp is not None  # write_back set it
         writes.append((name, row.session_id, before, row.stamp, seqs, None, maintainer.last_seq))
-    added, removed = maintainer.delta()
+    added, removed, evicted = maintainer.delta()
     events = prompt.events - prompt_before.events if prompt and prompt_before else 0
-    return Delta(tuple(added), tuple(removed), len(fresh), events)
+    return Delta(tuple(added), tuple(removed), len(fresh), events, tuple(evicted))

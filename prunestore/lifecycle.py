@@ -15,7 +15,7 @@ from .audit import expected_state
 from .engine.prompt import PromptCounters
 from .engine.state import Totals, new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
-from .model import LIVE_VERDICTS, Policy, StoredMessage, check_identifier
+from .model import EVICTED, LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
 from .sql.calls import write_calls
 from .sql.driver import Driver, Statement
@@ -222,13 +222,16 @@ def seq_of(driver: Driver, name: str, row: SessionRow, field: str, message_id: s
 
 def delta_between(before: Iterable[tuple], after: Iterable[tuple]) -> Delta:
     """The Delta between two readings of (seq, id, verdict, ...) rows; a row missing after is gone."""
-    was = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict, *_ in before}
-    now = {seq: (id_, verdict in LIVE_VERDICTS) for seq, id_, verdict, *_ in after}
-    added, removed = [], []
+    was = {seq: (id_, verdict) for seq, id_, verdict, *_ in before}
+    now = {seq: (id_, verdict) for seq, id_, verdict, *_ in after}
+    added, removed, evicted = [], [], []
     for seq in sorted(was.keys() | now.keys()):
-        old, new = was.get(seq, ("", False)), now.get(seq, ("", False))
-        if new[1] and not (old[1] and old[0] == new[0]):
-            added.append(new[0])
-        if old[1] and not (new[1] and old[0] == new[0]):
-            removed.append(old[0])
-    return Delta(tuple(added), tuple(removed))
+        (old, old_verdict), (new, new_verdict) = was.get(seq, ("", "")), now.get(seq, ("", ""))
+        same, now_live = old == new, new_verdict in LIVE_VERDICTS
+        if now_live and not (old_verdict in LIVE_VERDICTS and same):
+            added.append(new)
+        if old_verdict in LIVE_VERDICTS and not (now_live and same):
+            removed.append(old)
+            if same and new_verdict == EVICTED:
+                evicted.append(old)
+    return Delta(tuple(added), tuple(removed), evicted=tuple(evicted))

@@ -36,13 +36,17 @@ class Delta:
     messages this call stored: a message already stored with the same
     fields (a retry) is skipped and not counted. With a budget or
     `clear_at_least`, "live" means in the prompt, and `events` counts the
-    removal events this append held (their removals are in `live_removed`).
+    removal events this append held (their removals are in `live_removed`);
+    `evicted` holds those of `live_removed` that the budget evicted (verdict
+    `evicted`: still kept by the passes, out of the prompt for its size),
+    the ones a summary of what the model no longer sees would cover.
     """
 
     live_added: tuple[str, ...] = ()
     live_removed: tuple[str, ...] = ()
     appended: int = 0
     events: int = 0
+    evicted: tuple[str, ...] = ()
 
     def __bool__(self) -> bool:
         return bool(self.live_added or self.live_removed)

@@ -135,6 +135,7 @@ def test_append_reads_json_lines_from_stdin(cli):
         "live_added": ["a", "b"],
         "live_removed": [],
         "events": 0,
+        "evicted": [],
     }
     assert "0 messages appended (2 already stored)" in cli("append", "chat", input=lines)  # a retry: a no-op
     assert json.loads(cli("append", "chat", "--json", input=lines))["appended"] == 0
@@ -223,7 +224,7 @@ def test_fork_then_truncate(cli):
     cli("truncate", "support-7", "u2", input="n\n", code=1)
     assert len(json.loads(cli("messages", "support-7", "--json"))) == len(ids)
     delta = json.loads(cli("truncate", "support-7", "u2", "--yes", "--json"))
-    assert set(delta) == {"live_added", "live_removed", "appended", "events"} and delta["live_removed"]
+    assert set(delta) == {"live_added", "live_removed", "appended", "events", "evicted"} and delta["live_removed"]
     assert [m["id"] for m in json.loads(cli("live", "support-7", "--json"))] == [
         m["id"] for m in json.loads(cli("live", "branch", "--json"))
     ]
@@ -470,3 +471,18 @@ def test_policy_shows_and_changes_the_budget(cli, store_url):
     assert json.loads(cli("policy", "--budget", "none", "--clear-at-least", "0", "--yes", "--json"))["budget"] is None
     with PruneStore(store_url) as store:
         assert not [m for m in store.messages(session) if m.verdict in ("evicted", "pending")]
+
+
+def test_append_says_what_the_budget_evicted(cli):
+    cli("policy", "--budget", "20", "--clear-at-least", "5", "--yes")
+    first = [
+        {"id": "s", "role": "system", "content": "Be brief.", "turn": 0},
+        {"id": "u1", "role": "user", "content": "I prefer CSV. DEFINE:format", "turn": 1},
+        {"id": "t1", "role": "tool_output", "content": "a.csv b.csv c.csv", "turn": 1, "tool_key": "ls"},
+    ]
+    later = {"id": "t2", "role": "tool_output", "content": "a.csv b.csv", "turn": 2, "tool_key": "ls"}
+    for session in ("a", "b"):
+        assert "evicted" not in cli("append", session, input="\n".join(map(json.dumps, first)))
+    delta = json.loads(cli("append", "a", "--json", input=json.dumps(later)))
+    assert (delta["live_removed"], delta["evicted"]) == (["u1", "t1"], ["u1"])  # t1 superseded, u1 evicted
+    assert "1 message appended; live +1 -2 (1 evicted by the budget)" in cli("append", "b", input=json.dumps(later))

@@ -315,7 +315,7 @@ def test_truncate_json_is_not_broken_by_its_question(cli):
     cli("import", str(EXAMPLE))
     result = cli("truncate", "support-7", "u2", "--json", input="y\n")
     assert "Drop every message" in result.stderr
-    assert set(json.loads(result.stdout)) == {"live_added", "live_removed", "appended", "events"}
+    assert set(json.loads(result.stdout)) == {"live_added", "live_removed", "appended", "events", "evicted"}
 
 
 def test_control_characters_are_shown_escaped(cli, store_url):

@@ -50,6 +50,7 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
         assert not (set(delta.live_added) - new_ids) & client
         client = (client | set(delta.live_added)) - set(delta.live_removed)
         assert client == {m.id for m in expected.live}
+        assert delta.evicted == tuple(i for i in delta.live_removed if expected.verdicts[i] == "evicted")
         live = store.live(session)  # after this store's own append: the live cache's patched path
         assert [m.id for m in live] == [m.id for m in expected.live]
         assert live == [m for m in stored if m.live]  # every field, verdict and base too

@@ -81,7 +81,9 @@ def append(ctx: click.Context, session: str | None, as_json: bool) -> None:
     skipped = f" ({given - appended} already stored)" if given > appended else ""
     added = sum(len(d.live_added) for d in deltas.values())
     removed = sum(len(d.live_removed) for d in deltas.values())
-    click.echo(f"{counted(appended, 'message')} appended{skipped}; live +{added} -{removed}")
+    evicted = sum(len(d.evicted) for d in deltas.values())
+    of_which = f" ({evicted} evicted by the budget)" if evicted else ""
+    click.echo(f"{counted(appended, 'message')} appended{skipped}; live +{added} -{removed}{of_which}")
 
 
 @command(main, "import")

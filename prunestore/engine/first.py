@@ -73,5 +73,5 @@ class FirstAppend:
     def hash_holder_changes(self) -> tuple[list[tuple[bytes, int]], list[tuple[bytes, int]]]:
         return sorted(self._holders), []
 
-    def delta(self) -> tuple[list[str], list[str]]:
-        return [s.id for s in self.new if s.survives], []
+    def delta(self) -> tuple[list[str], list[str], list[str]]:
+        return [s.id for s in self.new if s.survives], [], []

@@ -331,13 +331,15 @@ class Maintainer:
         """(added, removed) rows of the surviving-holders index."""
         return self.hashes.changes()
 
-    def delta(self) -> tuple[list[str], list[str]]:
-        """Ids that came into the prompt and ids that left it, in append order."""
-        added, removed = [], []
+    def delta(self) -> tuple[list[str], list[str], list[str]]:
+        """Ids that came into the prompt, ids that left it, and those of them the budget evicted, in append order."""
+        added, removed, evicted = [], [], []
         for seq in sorted(self.msgs):
             state = self.msgs[seq]
             if state.in_prompt and not state.was_in_prompt:
                 added.append(state.id)
             elif state.was_in_prompt and not state.in_prompt:
                 removed.append(state.id)
-        return added, removed
+                if state.evicted:
+                    evicted.append(state.id)
+        return added, removed, evicted
