@@ -232,6 +232,6 @@ def delta_between(before: Iterable[tuple], after: Iterable[tuple]) -> Delta:
             added.append(new)
         if old_verdict in LIVE_VERDICTS and not (now_live and same):
             removed.append(old)
-            if same and new_verdict == EVICTED:
-                evicted.append(old)
+        if new_verdict == EVICTED and not (old_verdict == EVICTED and same):
+            evicted.append(new)
     return Delta(tuple(added), tuple(removed), evicted=tuple(evicted))

@@ -36,10 +36,12 @@ class Delta:
     messages this call stored: a message already stored with the same
     fields (a retry) is skipped and not counted. With a budget or
     `clear_at_least`, "live" means in the prompt, and `events` counts the
-    removal events this append held (their removals are in `live_removed`);
-    `evicted` holds those of `live_removed` that the budget evicted (verdict
-    `evicted`: still kept by the passes, out of the prompt for its size),
-    the ones a summary of what the model no longer sees would cover.
+    removal events this append held (their removals are in `live_removed`).
+    `evicted` holds the ids the budget evicted anew (verdict `evicted`: kept
+    by the passes, out of the prompt for its size), in append order: those
+    of `live_removed` it took, and new messages it took in the same append,
+    which never reached the prompt (an import of a long conversation). They
+    are what the model no longer sees that a summary would cover.
     """
 
     live_added: tuple[str, ...] = ()

@@ -18,7 +18,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from providers import ScriptedAPI, validate_anthropic
 
-from prunestore import AsyncPruneStore, InvalidMessageError, Policy, PruneStore
+from prunestore import AsyncPruneStore, Delta, InvalidMessageError, Policy, PruneStore
 from prunestore.integrations.anthropic_messages import AnthropicHistory
 
 anthropic = pytest.importorskip("anthropic")
@@ -145,7 +145,8 @@ def test_bad_messages_are_refused_by_name(store):
         history.add({"role": "user", "content": "x"})
     with pytest.raises(InvalidMessageError, match="tool_use_id"):
         history.add([{"role": "user", "content": [{"type": "tool_result", "content": "x"}]}])
-    assert history.messages() == []
+    assert history.messages() == [] and history.add([]) == Delta()
+    assert history.add([{"role": "user", "content": "x"}]).appended == 1  # each add gives its append's Delta
 
 
 def test_on_the_async_store_and_the_async_client(store_url):
@@ -156,7 +157,8 @@ def test_on_the_async_store_and_the_async_client(store_url):
         )
         async with AsyncPruneStore(store_url) as store:
             history = AnthropicHistory("a", store)
-            await history.aadd([{"role": "user", "content": "Weather in Paris?"}])
+            added = await history.aadd([{"role": "user", "content": "Weather in Paris?"}])
+            assert (added.appended, len(added.live_added), await history.aadd([])) == (1, 1, Delta())
             while True:
                 sent = await history.amessages()
                 response = await sdk.messages.create(model="claude-test", max_tokens=100, messages=sent)

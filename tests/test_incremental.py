@@ -34,6 +34,7 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
     appended: list[Message] = []
     client: set[str] = set()  # a client that only applies deltas
     prompt: dict[str, Message] = {}  # a client that keeps its prompt from deltas and messages(ids=...)
+    verdicts_before: dict[str, str] = {}
     for batch in data.draw(batches(ms)):
         delta = store.append(session, batch)
         appended.extend(batch)
@@ -50,7 +51,9 @@ def test_stored_verdicts_equal_batch_after_every_append(open_store, policy, data
         assert not (set(delta.live_added) - new_ids) & client
         client = (client | set(delta.live_added)) - set(delta.live_removed)
         assert client == {m.id for m in expected.live}
-        assert delta.evicted == tuple(i for i in delta.live_removed if expected.verdicts[i] == "evicted")
+        newly = [i for i, v in expected.verdicts.items() if v == "evicted" and verdicts_before.get(i) != "evicted"]
+        assert delta.evicted == tuple(newly)  # in append order: the verdicts' order
+        verdicts_before = expected.verdicts
         live = store.live(session)  # after this store's own append: the live cache's patched path
         assert [m.id for m in live] == [m.id for m in expected.live]
         assert live == [m for m in stored if m.live]  # every field, verdict and base too

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from providers import validate_openai
 
-from prunestore import AsyncPruneStore, InvalidMessageError, Policy
+from prunestore import AsyncPruneStore, Delta, InvalidMessageError, Policy
 from prunestore.integrations.openai_chat import OpenAIChatHistory
 
 
@@ -107,9 +107,10 @@ def test_the_cached_prompt_equals_a_cold_read(store_url, script):
 def test_under_a_budget_the_prompt_stays_valid_and_within_it(open_store):
     store = open_store(Policy(budget=150, clear_at_least=50))
     history = OpenAIChatHistory("s", store)
-    events = 0
+    assert history.add([]) == Delta()
+    events, reported = 0, set()
     for turn in range(30):
-        history.add(
+        delta = history.add(
             [
                 {"role": "user", "content": f"question {turn} " * 3},
                 call(f"c{turn}", f"/d{turn % 4}"),  # the same listing again every fourth turn: superseded
@@ -124,8 +125,10 @@ def test_under_a_budget_the_prompt_stays_valid_and_within_it(open_store):
         assert [m["content"] for m in sent if m["role"] == "user"][-1] == f"question {turn} " * 3
         assert OpenAIChatHistory("s", store).messages() == sent  # a new object, read cold, agrees
         events = stats.events
+        reported |= set(delta.evicted)
     assert events > 1
-    assert any(m.verdict == "evicted" for m in store.messages("s"))
+    evicted = {m.id for m in store.messages("s") if m.verdict == "evicted"}
+    assert evicted and evicted <= reported  # each add says what the budget took out of the model's view
 
 
 def test_the_sdks_own_message_objects_come_back_as_the_sdk_sends_them(store):

@@ -15,7 +15,7 @@ import json
 import pytest
 from providers import ScriptedAPI
 
-from prunestore import AsyncPruneStore, InvalidMessageError, PruneStore
+from prunestore import AsyncPruneStore, Delta, InvalidMessageError, PruneStore
 from prunestore.integrations.openai_responses import OpenAIResponsesHistory
 
 openai = pytest.importorskip("openai")
@@ -139,7 +139,8 @@ def test_bad_items_are_refused_by_name(store):
         history.add([{"role": "user", "content": "x"}, {"content": "no type, no role"}])
     with pytest.raises(InvalidMessageError, match="items="):
         history.add({"role": "user", "content": "x"})
-    assert history.items() == [] and store.sessions() == []
+    assert history.items() == [] and store.sessions() == [] and history.add([]) == Delta()
+    assert history.add([{"role": "user", "content": "x"}]).appended == 1  # each add gives its append's Delta
 
 
 def test_on_the_async_store_and_the_async_client(store_url):
@@ -148,7 +149,8 @@ def test_on_the_async_store_and_the_async_client(store_url):
         sdk = openai.AsyncOpenAI(api_key="test", http_client=httpx.AsyncClient(transport=httpx.MockTransport(model)))
         async with AsyncPruneStore(store_url) as store:
             history = OpenAIResponsesHistory("s", store)
-            await history.aadd([{"role": "user", "content": "What is in /a?"}])
+            added = await history.aadd([{"role": "user", "content": "What is in /a?"}])
+            assert (added.appended, len(added.live_added), await history.aadd([])) == (1, 1, Delta())
             first = await sdk.responses.create(model="m", input=await history.aitems())
             await history.aadd(first.output)
             await history.aadd([{"type": "function_call_output", "call_id": "c1", "output": "x.csv"}])

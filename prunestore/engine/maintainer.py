@@ -30,7 +30,7 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ..clock import past_ttl
-from ..model import DUPLICATE, ERASED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
+from ..model import DUPLICATE, ERASED, EVICTED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows
@@ -332,7 +332,7 @@ class Maintainer:
         return self.hashes.changes()
 
     def delta(self) -> tuple[list[str], list[str], list[str]]:
-        """Ids that came into the prompt, ids that left it, and those of them the budget evicted, in append order."""
+        """Ids that came into the prompt, ids that left it, and ids the budget evicted anew, in append order."""
         added, removed, evicted = [], [], []
         for seq in sorted(self.msgs):
             state = self.msgs[seq]
@@ -340,6 +340,6 @@ class Maintainer:
                 added.append(state.id)
             elif state.was_in_prompt and not state.in_prompt:
                 removed.append(state.id)
-                if state.evicted:
-                    evicted.append(state.id)
+            if state.verdict == EVICTED and (state.original is None or state.original[1] != EVICTED):
+                evicted.append(state.id)
         return added, removed, evicted

@@ -56,6 +56,7 @@ from ..formats.text import anthropic_text
 from ..frozen import FrozenDict, FrozenList, freeze
 from ..model import Message, StoredMessage
 from ..prices import common_prefix
+from ..results import Delta
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Prompt, Unit
@@ -110,11 +111,14 @@ class AnthropicHistory(RecallTool):
         self.system = _system(system)
         self.options = checked_options(options)
 
-    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
-        """Store messages: ``MessageParam`` dicts, or the ``Message`` objects ``messages.create`` returns."""
+    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> Delta:
+        """Store messages: ``MessageParam`` dicts, or the ``Message`` objects ``messages.create`` returns.
+
+        Returns the append's `Delta` (its `evicted`: what the budget took out of the model's view)."""
         params, usage = _params(messages)
-        if params:
-            self._blocking().append_with(self.session, _builder(params, usage, self.options))
+        if not params:
+            return Delta()
+        return self._blocking().append_with(self.session, _builder(params, usage, self.options))
 
     def messages(self) -> list[dict]:
         """The prompt: a new list of read-only messages."""
@@ -129,10 +133,11 @@ class AnthropicHistory(RecallTool):
         **history.request())``."""
         return self._request(self.messages())
 
-    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
+    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> Delta:
         params, usage = _params(messages)
-        if params:
-            await on_store(self.store, "append_with", self.session, _builder(params, usage, self.options))
+        if not params:
+            return Delta()
+        return await on_store(self.store, "append_with", self.session, _builder(params, usage, self.options))
 
     async def amessages(self) -> list[dict]:
         try:

@@ -21,6 +21,7 @@ from ..formats import openai_calls
 from ..formats.text import OPENAI_ROLES, openai_text
 from ..frozen import freeze
 from ..model import Message, StoredMessage
+from ..results import Delta
 from ..sql.sessions import SessionState
 from ..store import PruneStore
 from ..views import Unit
@@ -68,10 +69,13 @@ class OpenAIChatHistory(RecallTool):
         self.store = store
         self.options = checked_options(options, PRUNING_OPTIONS)
 
-    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
-        """Store messages: dicts, or the SDK's message objects (``completion.choices[0].message``)."""
-        if messages:
-            self._blocking().append_with(self.session, _builder(_plain(messages), self.options))
+    def add(self, messages: Sequence[Mapping[str, Any] | Any]) -> Delta:
+        """Store messages: dicts, or the SDK's message objects (``completion.choices[0].message``).
+
+        Returns the append's `Delta` (its `evicted`: what the budget took out of the model's view)."""
+        if not messages:
+            return Delta()
+        return self._blocking().append_with(self.session, _builder(_plain(messages), self.options))
 
     def messages(self) -> list[dict]:
         try:
@@ -79,9 +83,10 @@ class OpenAIChatHistory(RecallTool):
         except SessionNotFoundError:
             return []
 
-    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> None:
-        if messages:
-            await on_store(self.store, "append_with", self.session, _builder(_plain(messages), self.options))
+    async def aadd(self, messages: Sequence[Mapping[str, Any] | Any]) -> Delta:
+        if not messages:
+            return Delta()
+        return await on_store(self.store, "append_with", self.session, _builder(_plain(messages), self.options))
 
     async def amessages(self) -> list[dict]:
         try:

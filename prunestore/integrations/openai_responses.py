@@ -30,6 +30,7 @@ from typing import Any
 
 from ..aio import AsyncPruneStore
 from ..errors import InvalidMessageError, SessionNotFoundError, shorten
+from ..results import Delta
 from ..store import PruneStore
 from ._responses_items import RESPONSES_ITEMS, items_builder, plain_item
 from ._shared import (
@@ -70,11 +71,14 @@ class OpenAIResponsesHistory(RecallTool):
         self.store = store
         self.options = checked_options(options, PRUNING_OPTIONS)
 
-    def add(self, items: Sequence[Mapping[str, Any] | Any]) -> None:
-        """Store items: input item dicts, or the output items of the SDK's ``Response``."""
+    def add(self, items: Sequence[Mapping[str, Any] | Any]) -> Delta:
+        """Store items: input item dicts, or the output items of the SDK's ``Response``.
+
+        Returns the append's `Delta` (its `evicted`: what the budget took out of the model's view)."""
         plain = _items(items)
-        if plain:
-            self._blocking().append_with(self.session, items_builder(plain, self.options))
+        if not plain:
+            return Delta()
+        return self._blocking().append_with(self.session, items_builder(plain, self.options))
 
     def items(self) -> list[dict]:
         """The pruned input: a new list of read-only items."""
@@ -83,10 +87,11 @@ class OpenAIResponsesHistory(RecallTool):
         except SessionNotFoundError:
             return []
 
-    async def aadd(self, items: Sequence[Mapping[str, Any] | Any]) -> None:
+    async def aadd(self, items: Sequence[Mapping[str, Any] | Any]) -> Delta:
         plain = _items(items)
-        if plain:
-            await on_store(self.store, "append_with", self.session, items_builder(plain, self.options))
+        if not plain:
+            return Delta()
+        return await on_store(self.store, "append_with", self.session, items_builder(plain, self.options))
 
     async def aitems(self) -> list[dict]:
         try:
