@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,6 +35,16 @@ def test_chatbot_turns_on_the_sqlite_default(tmp_path):
 def test_chatbot_turns_on_the_test_backend(store_url, tmp_path):
     output = run_example("chatbot_turns.py", tmp_path, store_url)
     assert "verify: ok" in output
+
+
+def test_evicted_notes_change_the_system_prompt_at_events_only(tmp_path):
+    output = run_example("evicted_notes.py", tmp_path)
+    changes, events = map(int, re.search(r"changed (\d+) times, at (\d+) events", output).groups())
+    assert changes == events > 0  # a new note only where an event evicted, and one at each
+    tokens = int(re.search(r"(\d+) tokens of a budget of 150", output).group(1))
+    assert 0 < tokens <= 150
+    assert "no longer shown:\n- turn " in output
+    assert "recalled: Day 1: which museum opens early near stop 1?" in output
 
 
 ROOT = EXAMPLES.parent
