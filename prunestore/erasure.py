@@ -4,7 +4,8 @@ An erased message keeps its place, id, turn and time, and nothing it said
 (role ``erased``; docs/semantics.md, "Erasure"). The session's derived state
 is then rebuilt from what remains, which also clears the undo journal (it
 holds content hashes); on SQLite, deleted bytes are overwritten
-(``secure_delete``) and the write-ahead log is checkpointed and emptied.
+(``secure_delete``), the recall index is rewritten without the erased text, and the
+write-ahead log is checkpointed and emptied.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from .errors import InvalidArgumentError, no_such_message, shorten
 from .lifecycle import VERDICTS_FROM, delta_between, rebuild_session
 from .model import ERASED, Policy, check_identifier
 from .results import Erasure
+from .sql import recall_index
 from .sql.driver import Driver, Statement
 from .sql.session_row import SessionRow
 
@@ -49,6 +51,8 @@ def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], pol
     before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
     driver.run_many(_ERASE, [{"sid": sid, "seq": seq} for seq in sorted(erasing)])
     rebuild_session(driver, row, policy)
+    if recall_index.present(driver):  # the erased text's trigrams leave the index's older segments too
+        recall_index.purge(driver)
     after = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
     delta = delta_between(before, after)
     changed = {

@@ -17,6 +17,7 @@ from .engine.state import Totals, new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
 from .model import EVICTED, LIVE_VERDICTS, Policy, StoredMessage, check_identifier
 from .results import Delta
+from .sql import recall_index
 from .sql.calls import write_calls
 from .sql.driver import Driver, Statement
 from .sql.locked_rows import LockedRows, write_refs
@@ -83,6 +84,8 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     write_refs(driver, row.session_id, expected.states)
     write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
+    if recall_index.present(driver):
+        recall_index.reindex(driver, row.session_id, stored)
     held = (expected.prompt or PromptCounters()).held_below
     ledger = replayed_ledger(driver, row, policy)
     row.ledger = None if ledger is None else ledger.to_json()

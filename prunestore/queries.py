@@ -41,6 +41,7 @@ from .results import (
     VerifyReport,
     Window,
 )
+from .sql import recall_index
 from .sql.calls import CALL_ROWS
 from .sql.driver import Driver, Statement
 from .sql.rows import (
@@ -393,7 +394,22 @@ def verify(
         policy,
         count,
     )
-    return len(stored), [*mismatches, *_ledger_mismatches(driver, name, row, policy)]
+    return len(stored), [
+        *mismatches,
+        *_ledger_mismatches(driver, name, row, policy),
+        *_recall_mismatches(driver, name, row, stored),
+    ]
+
+
+def _recall_mismatches(driver: Driver, name: str, row: SessionRow, stored: list[StoredMessage]) -> list[Mismatch]:
+    """The recall index's entries of the session against its messages' text (where the store has the index)."""
+    if not recall_index.present(driver):
+        return []
+    ids = {m.seq: m.id for m in stored}
+    return [
+        Mismatch(name, "recall", ids.get(seq, f"seq {seq}"), have, want)
+        for seq, have, want in recall_index.differences(driver, row.session_id, stored)
+    ]
 
 
 def _ledger_mismatches(driver: Driver, name: str, row: SessionRow, policy: Policy) -> list[Mismatch]:

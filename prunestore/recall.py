@@ -10,17 +10,29 @@ asked (a tool result), which is then a message of the session like any other.
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from .errors import InvalidArgumentError, shorten
 from .model import StoredMessage, effective_defines
+from .sql import recall_index
 from .sql.driver import Driver, Statement
 from .sql.rows import FULL_COLUMNS, IN_PROMPT, stored_message
 from .text import KEY_PATTERN
 
 _CHUNK = 256  # rows read at a time, newest first, until enough match
 _LAST_DEFINER = Statement("SELECT definer_seq FROM prunestore_keys WHERE session_id = :sid AND key = :key")
+_CANDIDATES = Statement(
+    f"SELECT rowid FROM {recall_index.TABLE} WHERE {recall_index.TABLE} MATCH :match "
+    "AND rowid >= :first AND rowid <= :last ORDER BY rowid DESC LIMIT :chunk"
+)
+_OUT_OF_PROMPT_AT = (
+    f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs AND NOT ({IN_PROMPT})"
+)
+_AT = {
+    False: Statement(f"{_OUT_OF_PROMPT_AT} ORDER BY seq DESC"),
+    True: Statement(f"{_OUT_OF_PROMPT_AT} AND ' ' || eff_defines || ' ' LIKE :key_pattern ORDER BY seq DESC"),
+}
 
 _STATEMENTS: dict[tuple, Statement] = {}
 
@@ -98,24 +110,54 @@ def recall(driver: Driver, sid: int, query: Query, limit: int) -> list[StoredMes
 def _matches(driver: Driver, sid: int, query: Query, high: int, limit: int) -> Iterator[StoredMessage]:
     """The session's messages out of the prompt that match, from seq `high` back to the query's start.
 
-    Read a chunk at a time, newest first. Where the statement's conditions filter, a chunk is what is
-    still wanted, then twice as many each time rows fail the exact check: few round trips either way,
-    and none reading far past the matches that suffice.
+    Read a chunk at a time, newest first. Where the index or the statement's conditions narrow, a
+    chunk is what is still wanted, then twice as many each time rows fail the exact check: few
+    round trips either way, and none reading far past the matches that suffice.
     """
-    statement = _statement(driver.postgres, query.key is not None, query.words)
-    params: dict = {"sid": sid, "low": query.low}
-    params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
-    if query.key is not None:
-        params["key_pattern"] = f"% {query.key} %"
+    read = _reader(driver, sid, query)
     filtered = query.key is not None or query.words
     wanted, reads = limit, 0
     while high >= query.low:
         chunk = min(max(wanted, 1) << reads, _CHUNK) if filtered else _CHUNK
-        rows = driver.all(statement, {**params, "high": high, "chunk": chunk})
+        rows, lowest, more = read(high, chunk)
         for message in map(stored_message, rows):
             if query.matches(message):
                 wanted -= 1
                 yield message
-        if len(rows) < chunk:
+        if not more:
             return
-        high, reads = rows[-1][0] - 1, reads + 1
+        high, reads = lowest - 1, reads + 1
+
+
+# Reads up to `chunk` candidates from seq `high` back: the rows among them out of the prompt, the
+# lowest seq looked at, and whether there may be more before it.
+Reader = Callable[[int, int], tuple[list[tuple], int, bool]]
+
+
+def _reader(driver: Driver, sid: int, query: Query) -> Reader:
+    """Through the recall index where it can look for one of the words, else through the session's rows."""
+    key = {"key_pattern": f"% {query.key} %"} if query.key is not None else {}
+    match = None if driver.postgres else recall_index.match_expression(query.words)
+    if match is not None and recall_index.present(driver):
+        number = recall_index.number(driver, sid)  # none: the session has no text, nothing can match
+        at, first = _AT[query.key is not None], recall_index.entry(number or 0, query.low)
+
+        def indexed(high: int, chunk: int) -> tuple[list[tuple], int, bool]:
+            if number is None:
+                return [], high, False
+            last = recall_index.entry(number, high)
+            found = driver.all(_CANDIDATES, {"match": match, "first": first, "last": last, "chunk": chunk})
+            seqs = [recall_index.seq_of(rowid) for (rowid,) in found]
+            rows = driver.all(at, {"sid": sid, "seqs": seqs, **key}) if seqs else []
+            return rows, seqs[-1] if seqs else high, len(seqs) == chunk
+
+        return indexed
+    statement = _statement(driver.postgres, query.key is not None, query.words)
+    params: dict = {"sid": sid, "low": query.low, **key}
+    params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
+
+    def scanned(high: int, chunk: int) -> tuple[list[tuple], int, bool]:
+        rows = driver.all(statement, {**params, "high": high, "chunk": chunk})
+        return rows, rows[-1][0] if rows else high, len(rows) == chunk
+
+    return scanned

@@ -11,7 +11,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
 from prunestore import Message, Policy, PruneStore
-from prunestore.sql import db
+from prunestore.sql import db, recall_index
 from prunestore.sql.schema import POSTGRES_INDEXES, VERSION_TABLE, metadata
 from prunestore.sql.sessionids import session_id
 
@@ -31,6 +31,8 @@ def test_upgrade_downgrade_upgrade(store_url):
         assert tables(engine) == set()
         db.upgrade(engine)
         expected = set(metadata.tables) | {"prunestore_live", VERSION_TABLE}
+        if engine.dialect.name == "sqlite":
+            expected |= recall_index.SQLITE_TABLES
         assert tables(engine) == expected
         with engine.connect() as conn:
             assert db.current_revision(conn) == db.head_revision()
@@ -52,13 +54,15 @@ def test_the_migrated_schema_matches_the_metadata(store_url):
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             diff = compare_metadata(context, metadata)
-        # Beside the tables: the version table, and on the partitioned layout each table's partitions.
+        # Beside the tables: the version table, on the partitioned layout each table's partitions, and on
+        # SQLite the recall index.
         expression_indexes = {create.split()[2] for creates in POSTGRES_INDEXES.values() for create in creates}
         partition = re.compile(r"prunestore_\w+_p\d+")
         diff = [
             d
             for d in diff
             if not (d[0] == "remove_table" and (d[1].name == VERSION_TABLE or partition.fullmatch(d[1].name)))
+            and not (d[0] == "remove_table" and d[1].name in recall_index.SQLITE_TABLES)  # not in the metadata
             and not (d[0] == "remove_index" and partition.fullmatch(d[1].table.name))
             and not (d[0] == "remove_index" and d[1].name in expression_indexes)  # not in the metadata
         ]
@@ -329,3 +333,26 @@ def test_a_store_from_before_0016_gets_its_index_of_calls(store_url, backend):
         found = sorted((m.session, m.what, m.subject) for m in store.verify().mismatches)
         seqs = [m.seq for m in store.messages("s", ["m1", "call_1"])]
         assert found == sorted((s, "call", f"call_1@{seq}") for s in ("s", "t") for seq in seqs)
+
+
+def test_a_store_from_before_0021_gets_its_recall_index_on_sqlite(store_url, backend):
+    texts = ["Die Straße", "ZEBRA crossing", "nul\x00zebra", "", "zebra again"]  # the last one is in the prompt
+    with PruneStore(store_url) as store:
+        for name in ("s", "t"):
+            store.append(name, [Message(f"m{i}", "tool_output", t, i, tool_key="k") for i, t in enumerate(texts)])
+            store.append(name, Message("last", "user", "what was the zebra?", 9))
+        before = [store.recall("s", text=words) for words in ("strasse", "zebra", "NUL")]
+    if backend != "sqlite":
+        engine = db.make_engine(store_url)
+        try:
+            db.downgrade(engine, "0020")
+            db.upgrade(engine)
+            assert not recall_index.SQLITE_TABLES & tables(engine)  # PostgreSQL reads the session
+        finally:
+            engine.dispose()
+    else:
+        assert _upgraded_to_fill(store_url, backend, "0020", "prunestore_recall") == 2 * 5  # the empty one aside
+    with PruneStore(store_url) as store:
+        assert store.verify().ok
+        assert [store.recall("s", text=words) for words in ("strasse", "zebra", "NUL")] == before
+        assert [[m.id for m in found] for found in before] == [["m0"], ["m1", "m2"], ["m2"]]

@@ -6,6 +6,7 @@ import itertools
 import json
 
 import pytest
+import sqlalchemy as sa
 from click.testing import CliRunner
 from helpers import KEYS, POLICIES, TEXTS, sessions
 from hypothesis import given, settings
@@ -136,3 +137,73 @@ def test_words_holding_like_wildcards_match_as_written(store):
         ("_", ["m2", "m6"]),
     ]:
         assert [m.id for m in store.recall("s", text=words)] == expected, words
+
+
+def _expected_from_stored(store, session, text, limit=10):
+    words = text.casefold().split()
+    found = [
+        m.id
+        for m in store.messages(session)
+        if m.verdict not in LIVE_VERDICTS and all(w in m.content.casefold() for w in words)
+    ]
+    return found[-limit:]
+
+
+@settings(max_examples=12)
+@given(data=st.data())
+def test_recall_follows_every_change_to_the_sessions(open_store, data):
+    """Appends in batches, truncate, fork, erase and removal: recall by words answers from what is stored now.
+
+    On SQLite it answers through the recall index, which `verify` also compares with each message's text.
+    """
+    store = open_store(POLICIES[3].values[0])
+    messages = data.draw(sessions(min_size=2, max_size=24))
+    n = next(_names)
+    a, b, c = f"a{n}", f"b{n}", f"c{n}"
+    cuts = sorted(set(data.draw(st.lists(st.integers(1, len(messages) - 1), max_size=3))))
+    for lo, hi in itertools.pairwise([0, *cuts, len(messages)]):
+        store.append(a, messages[lo:hi])
+    store.append(b, messages)  # the same text in another session: never an answer about this one
+    ids = [m.id for m in messages]
+    live_sessions = [a, b]
+    for step in data.draw(st.lists(st.sampled_from(["truncate", "fork", "erase", "delete"]), max_size=4)):
+        present = [m.id for m in store.messages(a)]
+        if step == "truncate" and len(present) > 1:
+            store.truncate(a, data.draw(st.sampled_from(present[:-1])))
+        elif step == "fork" and c not in live_sessions:
+            store.fork(a, data.draw(st.sampled_from(present)), c)
+            live_sessions.append(c)
+        elif step == "erase":
+            store.erase(a, data.draw(st.lists(st.sampled_from(present), min_size=1, max_size=3, unique=True)))
+        elif step == "delete" and b in live_sessions:
+            store.delete_session(b)
+            live_sessions.remove(b)
+        for session in live_sessions:
+            for text in [*TEXTS, "pass", "a", "SSAGE ALPH"]:
+                got = [m.id for m in store.recall(session, text=text)]
+                assert got == _expected_from_stored(store, session, text), (session, text)
+        assert store.verify().ok, store.verify().mismatches
+    assert set(ids) >= {m.id for m in store.messages(a)}
+
+
+def test_verify_finds_a_damaged_recall_index_and_rebuild_repairs_it(store_url, backend):
+    if backend != "sqlite":
+        pytest.skip("the recall index is SQLite's")
+    with PruneStore(store_url) as store:
+        store.append(
+            "s", [Message(f"t{i}", "tool_output", f"reading {i} of the zebra", i, tool_key="r") for i in range(5)]
+        )
+        store.append("other", Message("o", "user", "zebra crossing", 0))
+        assert [m.id for m in store.recall("s", text="ZEBRA", limit=2)] == ["t2", "t3"]
+        with store.engine.begin() as conn:  # the entries of t3, and one nothing holds, as by a lost write
+            conn.execute(sa.text("DELETE FROM prunestore_recall WHERE text = 'reading 3 of the zebra'"))
+            conn.execute(sa.text("UPDATE prunestore_recall SET text = 'zebra' WHERE text = 'reading 1 of the zebra'"))
+        assert [m.id for m in store.recall("s", text="ZEBRA", limit=2)] == ["t1", "t2"]  # answered by the index
+        found = sorted((m.session, m.what, m.subject, m.stored, m.expected) for m in store.verify().mismatches)
+        assert found == [
+            ("s", "recall", "t1", "zebra", "reading 1 of the zebra"),
+            ("s", "recall", "t3", None, "reading 3 of the zebra"),
+        ]
+        store.rebuild("s")
+        assert store.verify().ok
+        assert [m.id for m in store.recall("s", text="ZEBRA", limit=2)] == ["t2", "t3"]

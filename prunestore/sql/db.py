@@ -35,6 +35,7 @@ from ..errors import (
     shorten,
     wrap_database_errors,
 )
+from . import recall_index
 from .driver import Driver
 from .schema import CALLS, HASH_HOLDERS, KEYS, MESSAGES, REFS, SESSIONS, VERSION_TABLE
 
@@ -196,6 +197,7 @@ def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
             cursor.execute("PRAGMA secure_delete = ON")  # what is deleted or erased is overwritten
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
+        recall_index.register(dbapi_connection)  # the recall index's triggers fold each message written
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
