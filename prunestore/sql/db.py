@@ -24,7 +24,6 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.script.revision import RevisionError
 from alembic.util import CommandError
-from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
 from ..errors import (
@@ -35,7 +34,7 @@ from ..errors import (
     shorten,
     wrap_database_errors,
 )
-from . import recall_index
+from . import sqlite_setup
 from .driver import Driver
 from .schema import CALLS, HASH_HOLDERS, KEYS, MESSAGES, REFS, SESSIONS, VERSION_TABLE
 
@@ -58,9 +57,7 @@ __all__ = [
 ]
 
 DEFAULT_URL = "sqlite:///prunestore.db"
-BUSY_TIMEOUT_MS = 30_000
 _MIGRATION_LOCK = 0x7072756E  # "prun": the advisory lock id taken while migrating on PostgreSQL
-_WRITE = "prunestore_write"
 
 
 def resolve_url(url: str | None) -> str:
@@ -181,32 +178,8 @@ def _make(url: str, create, extra: str):
     except sa.exc.ArgumentError as exc:
         raise PruneStoreError(f"url={shown_url(url)!r}: cannot open ({_url_problem(url, exc)})") from exc
     if backend == "sqlite":
-        _configure_sqlite(getattr(engine, "sync_engine", engine), read_only=read_only is not None)
+        sqlite_setup.configure(getattr(engine, "sync_engine", engine), read_only=read_only is not None)
     return engine
-
-
-def _configure_sqlite(engine: Engine, *, read_only: bool = False) -> None:
-    @event.listens_for(engine, "connect")
-    def _on_connect(dbapi_connection, _record) -> None:
-        # Let SQLAlchemy's "begin" event decide how transactions start.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
-        if not read_only:
-            cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA secure_delete = ON")  # what is deleted or erased is overwritten
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.close()
-        recall_index.register(dbapi_connection)  # the recall index's triggers fold each message written
-
-    @event.listens_for(engine, "begin")
-    def _on_begin(conn: Connection) -> None:
-        write = conn.get_execution_options().get(_WRITE, False)
-        raw = conn.connection.dbapi_connection
-        assert raw is not None
-        cursor = raw.cursor()
-        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
-        cursor.close()
 
 
 @contextmanager
@@ -218,7 +191,7 @@ def connection(engine: Engine, action: str, *, write: bool = False) -> Iterator[
     with wrap_database_errors(action):
         with engine.connect() as conn:
             if write:
-                conn = conn.execution_options(**{_WRITE: True})
+                conn = conn.execution_options(**{sqlite_setup.WRITE: True})
             with conn.begin():
                 yield conn
 

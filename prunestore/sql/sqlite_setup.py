@@ -1,0 +1,43 @@
+"""SQLite connections as the store needs them: set up when opened, and transactions that say if they write.
+
+WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, with
+deleted bytes overwritten; writers start with ``BEGIN IMMEDIATE`` so
+concurrent appends queue on the database lock instead of failing half way.
+Each connection also gets the function the recall index's triggers call.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import event
+from sqlalchemy.engine import Connection, Engine
+
+from . import recall_index
+
+BUSY_TIMEOUT_MS = 30_000
+WRITE = "prunestore_write"  # the execution option of a transaction that writes
+
+
+def configure(engine: Engine, *, read_only: bool = False) -> None:
+    """Set up each connection the engine opens, and start each transaction as its execution options say."""
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi_connection, _record) -> None:
+        # Let SQLAlchemy's "begin" event decide how transactions start.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
+        if not read_only:
+            cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA secure_delete = ON")  # what is deleted or erased is overwritten
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.close()
+        recall_index.register(dbapi_connection)  # the recall index's triggers fold each message written
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get(WRITE, False)
+        raw = conn.connection.dbapi_connection
+        assert raw is not None
+        cursor = raw.cursor()
+        cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
+        cursor.close()
