@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from hypothesis import HealthCheck, settings
 
 from prunestore import Policy, PruneStore
-from prunestore.sql import db, partitions
+from prunestore.sql import db, partitions, recall_index
 from prunestore.sql.driver import Driver
 
 PG_ENV = "PRUNESTORE_TEST_POSTGRES_URL"
@@ -37,6 +37,8 @@ BACKENDS = [
     pytest.param("partitioned", marks=pytest.mark.postgres),
 ]
 PARTITIONS = 4
+# SQLite with the recall index (prunestore db recall-index), for the modules that set RECALL_INDEX.
+INDEXED = pytest.param("sqlite-indexed", marks=pytest.mark.sqlite)
 
 
 def _pg_schema_url(base: str, schema: str) -> str:
@@ -44,7 +46,7 @@ def _pg_schema_url(base: str, schema: str) -> str:
     return f"{base}{sep}options={quote(f'-csearch_path={schema}')}"
 
 
-@pytest.fixture(params=BACKENDS)
+@pytest.fixture
 def backend(request) -> str:
     return request.param
 
@@ -54,6 +56,13 @@ def store_url(backend, tmp_path, request):
     """A URL of an empty database on the backend under test (on "partitioned", one at the newest revision)."""
     if backend == "sqlite":
         yield f"sqlite:///{tmp_path / 'store.db'}"
+        return
+    if backend == "sqlite-indexed":
+        url = f"sqlite:///{tmp_path / 'store.db'}"
+        engine = db.make_engine(url)
+        recall_index.create(engine)
+        engine.dispose()
+        yield url
         return
     base = os.environ.get(PG_ENV)
     if not base:
@@ -80,9 +89,22 @@ def store_url(backend, tmp_path, request):
 
 
 def pytest_generate_tests(metafunc):
-    """Modules that set BOTH_APIS run their store tests on PruneStore and on AsyncPruneStore."""
+    """Every backend for each test that uses one; modules that set BOTH_APIS run their store tests on
+    PruneStore and on AsyncPruneStore, and those that set RECALL_INDEX on SQLite with the recall index too."""
+    if "backend" in metafunc.fixturenames and not _parametrizes(metafunc, "backend"):
+        indexed = [INDEXED] if getattr(metafunc.module, "RECALL_INDEX", False) else []
+        metafunc.parametrize("backend", [*BACKENDS, *indexed], indirect=True)
     if "open_store" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_APIS", False):
         metafunc.parametrize("api", ["sync", "async"], indirect=True)
+
+
+def _parametrizes(metafunc, name: str) -> bool:
+    """Whether the test's own marks parametrize `name` (it then runs on the backends it names)."""
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if name in ([n.strip() for n in names.split(",")] if isinstance(names, str) else names):
+            return True
+    return False
 
 
 @pytest.fixture

@@ -40,9 +40,13 @@ from prunestore.model import LIVE_VERDICTS
 from prunestore.sql.schema import metadata
 
 BOTH_APIS = True
+RECALL_INDEX = True  # on SQLite, also with the recall index: it must keep nothing erased either
 
 _names = itertools.count()
 MARKER = "WXQZSECRET"
+# In no other text: the recall index's terms made of it (trigrams) share no prefix with other terms, so
+# their bytes, two of these characters at least, stand in any segment of the index that still holds them.
+RARE = "\u20ac\u20ac\u20ac\u20ac"
 
 
 def tombstone(message: Message) -> Message:
@@ -143,7 +147,7 @@ def _secret_session(store, session: str) -> list[Message]:
         secret = i in (5, 140, 299)
         content = f"turn {i} " + "filler words " * 12
         if secret:
-            content += f" {MARKER} my card is 4242 DEFINE {MARKER.lower()}key"
+            content += f" {MARKER} my card is 4242 {RARE} DEFINE {MARKER.lower()}key"
         metadata = {"raw": content, "tool_calls": [{"args": MARKER}]} if secret else None
         said.append(
             Message(id=f"m{i}", role="user" if i % 2 else "assistant", content=content, turn=i // 2, metadata=metadata)
@@ -172,11 +176,12 @@ def test_no_row_journal_or_file_holds_what_was_erased(open_store, store_url, bac
     assert store.verify("s").ok
     hashes = _content_hashes(secret)
 
-    if backend == "sqlite":
+    if backend.startswith("sqlite"):
         path = Path(sa.make_url(store_url).database)
         files = [p for p in (path, Path(f"{path}-wal")) if p.exists()]
         data = b"".join(p.read_bytes() for p in files)
         assert MARKER.encode() not in data and MARKER.lower().encode() not in data
+        assert RARE[:2].encode() not in data
         assert not any(h in data or h.hex().encode() in data for h in hashes)
     else:
         engine = sa.create_engine(store_url)

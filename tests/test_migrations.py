@@ -10,7 +10,7 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
-from prunestore import Message, Policy, PruneStore
+from prunestore import InvalidArgumentError, Message, Policy, PruneStore
 from prunestore.sql import db, recall_index
 from prunestore.sql.schema import POSTGRES_INDEXES, VERSION_TABLE, metadata
 from prunestore.sql.sessionids import session_id
@@ -31,8 +31,6 @@ def test_upgrade_downgrade_upgrade(store_url):
         assert tables(engine) == set()
         db.upgrade(engine)
         expected = set(metadata.tables) | {"prunestore_live", VERSION_TABLE}
-        if engine.dialect.name == "sqlite":
-            expected |= recall_index.SQLITE_TABLES
         assert tables(engine) == expected
         with engine.connect() as conn:
             assert db.current_revision(conn) == db.head_revision()
@@ -54,15 +52,13 @@ def test_the_migrated_schema_matches_the_metadata(store_url):
         with engine.connect() as conn:
             context = MigrationContext.configure(conn, opts={"version_table": VERSION_TABLE})
             diff = compare_metadata(context, metadata)
-        # Beside the tables: the version table, on the partitioned layout each table's partitions, and on
-        # SQLite the recall index.
+        # Beside the tables: the version table, and on the partitioned layout each table's partitions.
         expression_indexes = {create.split()[2] for creates in POSTGRES_INDEXES.values() for create in creates}
         partition = re.compile(r"prunestore_\w+_p\d+")
         diff = [
             d
             for d in diff
             if not (d[0] == "remove_table" and (d[1].name == VERSION_TABLE or partition.fullmatch(d[1].name)))
-            and not (d[0] == "remove_table" and d[1].name in recall_index.SQLITE_TABLES)  # not in the metadata
             and not (d[0] == "remove_index" and partition.fullmatch(d[1].table.name))
             and not (d[0] == "remove_index" and d[1].name in expression_indexes)  # not in the metadata
         ]
@@ -335,24 +331,32 @@ def test_a_store_from_before_0016_gets_its_index_of_calls(store_url, backend):
         assert found == sorted((s, "call", f"call_1@{seq}") for s in ("s", "t") for seq in seqs)
 
 
-def test_a_store_from_before_0021_gets_its_recall_index_on_sqlite(store_url, backend):
+def test_the_recall_index_is_made_on_request_and_a_downgrade_below_0021_drops_it(store_url, backend):
     texts = ["Die Straße", "ZEBRA crossing", "nul\x00zebra", "", "zebra again"]  # the last one is in the prompt
     with PruneStore(store_url) as store:
         for name in ("s", "t"):
             store.append(name, [Message(f"m{i}", "tool_output", t, i, tool_key="k") for i, t in enumerate(texts)])
             store.append(name, Message("last", "user", "what was the zebra?", 9))
         before = [store.recall("s", text=words) for words in ("strasse", "zebra", "NUL")]
-    if backend != "sqlite":
-        engine = db.make_engine(store_url)
-        try:
-            db.downgrade(engine, "0020")
-            db.upgrade(engine)
-            assert not recall_index.SQLITE_TABLES & tables(engine)  # PostgreSQL reads the session
-        finally:
-            engine.dispose()
-    else:
-        assert _upgraded_to_fill(store_url, backend, "0020", "prunestore_recall") == 2 * 5  # the empty one aside
-    with PruneStore(store_url) as store:
+        assert [[m.id for m in found] for found in before] == [["m0"], ["m1", "m2"], ["m2"]]
+        if backend != "sqlite":
+            with pytest.raises(InvalidArgumentError, match="url=.*the recall index is SQLite's"):
+                recall_index.create(store.engine)
+            return
+        assert recall_index.create(store.engine) and not recall_index.create(store.engine)
+        assert recall_index.TABLES <= tables(store.engine)
+        with store.engine.connect() as conn:  # each message with text, once, for the stored messages
+            assert conn.execute(sa.text("SELECT count(*) FROM prunestore_recall")).scalar_one() == 2 * 5
         assert store.verify().ok
         assert [store.recall("s", text=words) for words in ("strasse", "zebra", "NUL")] == before
-        assert [[m.id for m in found] for found in before] == [["m0"], ["m1", "m2"], ["m2"]]
+    engine = db.make_engine(store_url)
+    try:
+        db.downgrade(engine, "0020")
+        assert not recall_index.TABLES & tables(engine)
+        db.upgrade(engine)
+    finally:
+        engine.dispose()
+    with PruneStore(store_url) as store:
+        store.append("s", Message("more", "user", "one more zebra", 10))  # no trigger is left to call the fold
+        assert store.verify().ok
+        assert [store.recall("s", text=words) for words in ("strasse", "zebra", "NUL")] == before

@@ -8,6 +8,7 @@ import json
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
+from conftest import INDEXED
 from helpers import KEYS, POLICIES, TEXTS, sessions
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,6 +18,7 @@ from prunestore.cli import main
 from prunestore.model import LIVE_VERDICTS, effective_defines
 
 BOTH_APIS = True
+RECALL_INDEX = True  # on SQLite, also through the recall index
 
 _names = itertools.count()
 
@@ -186,9 +188,8 @@ def test_recall_follows_every_change_to_the_sessions(open_store, data):
     assert set(ids) >= {m.id for m in store.messages(a)}
 
 
-def test_verify_finds_a_damaged_recall_index_and_rebuild_repairs_it(store_url, backend):
-    if backend != "sqlite":
-        pytest.skip("the recall index is SQLite's")
+@pytest.mark.parametrize("backend", [INDEXED], indirect=True)
+def test_verify_finds_a_damaged_recall_index_and_rebuild_repairs_it(store_url):
     with PruneStore(store_url) as store:
         store.append(
             "s", [Message(f"t{i}", "tool_output", f"reading {i} of the zebra", i, tool_key="r") for i in range(5)]

@@ -7,7 +7,7 @@ from collections.abc import Callable
 import click
 
 from ..errors import InvalidRevisionError
-from ..sql import db, partitions
+from ..sql import db, partitions, recall_index
 from .common import CONTEXT, command, confirm, echo_json, main
 
 
@@ -94,6 +94,27 @@ def db_partition(ctx: click.Context, count: int, yes: bool, as_json: bool) -> No
         echo_json({"partitions": now})
     else:
         click.echo(f"{now} partitions per table")
+
+
+@command(db_group, "recall-index")
+@click.option("--drop", is_flag=True, help="Remove the index instead: recall then reads the session.")
+def db_recall_index(ctx: click.Context, drop: bool, as_json: bool) -> None:
+    """Give a SQLite store an index of its messages' text, so recall by words need not read the session.
+
+    Triggers keep it from then on, for every store object open on the file.
+    It costs appends and disk space (docs/operations.md, "The recall index").
+    """
+    engine = db.make_engine(ctx.find_root().obj)
+    try:
+        changed = (recall_index.drop if drop else recall_index.create)(engine)
+    finally:
+        engine.dispose()
+    indexed = not drop
+    if as_json:
+        echo_json({"recall_index": indexed, "changed": changed})
+    else:
+        state = "has a recall index" if indexed else "has no recall index"
+        click.echo(f"the store {state}" + ("" if changed else " (it already had)" if indexed else " (it had none)"))
 
 
 @command(db_group, "current")

@@ -1,14 +1,15 @@
-"""The recall index on SQLite: every message's text, case folded, by trigram (docs/api.md, "Recall").
+"""The recall index on SQLite: every message's text, case folded, by trigram (docs/operations.md).
 
-An FTS5 table with the trigram tokenizer finds the messages that may hold a
-word without reading the rest of the session: a recall whose only match is
-near the start costs what a recent one does. Triggers on the messages table
-keep it, so every way a message is written, copied, erased or removed keeps
-it too. Each entry's rowid is ``number << 32 | seq``, where `number` is the
-session's own in ``prunestore_recall_sessions`` (its id, a 64-bit hash, leaves
-no room): a session's entries are one rowid range, which FTS5 seeks to in
-each trigram's list, so a store of many sessions costs a recall no more than
-one of a single session.
+A store may have one (``prunestore db recall-index``). An FTS5 table with the
+trigram tokenizer then finds the messages that may hold a word without
+reading the rest of the session: a recall whose only match is near the start
+costs what a recent one does. Triggers on the messages table keep it, so
+every way a message is written, copied, erased or removed keeps it too. Each
+entry's rowid is ``number << 32 | seq``, where `number` is the session's own
+in ``prunestore_recall_sessions`` (its id, a 64-bit hash, leaves no room): a
+session's entries are one rowid range, which FTS5 seeks to in each trigram's
+list, so a store of many sessions costs a recall no more than one of a
+single session.
 
 The index narrows; it never decides. It holds the content as `casefold`
 gives it (what a recall compares), and a recall checks each message it
@@ -21,36 +22,94 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Iterable
-from typing import Any
 
+from sqlalchemy.engine import Engine
+
+from ..errors import InvalidArgumentError
 from ..model import StoredMessage
+from . import db
 from .driver import Driver, Statement
-from .values import decode_content
+from .sqlite_setup import FOLD
+from .values import folded
 
 TABLE = "prunestore_recall"
 NUMBERS = "prunestore_recall_sessions"
-# The tables FTS5 keeps for the index, and the sessions' numbers: SQLite's alone, none in the metadata.
-SQLITE_TABLES = frozenset(
-    {NUMBERS, TABLE, *(f"{TABLE}_{part}" for part in ("config", "content", "data", "docsize", "idx"))}
-)
-FOLD = "prunestore_fold"
+# The index's tables (FTS5's own beside it, and the sessions' numbers): none is in the metadata.
+TABLES = frozenset({NUMBERS, TABLE, *(f"{TABLE}_{part}" for part in ("config", "content", "data", "idx"))})
 _SEQ_BITS = 32
 _MAX_TRIGRAMS = 24  # any of a word's trigrams narrows soundly; two dozen narrow as well as all
 
+# Each session indexed gets a small number, its entries' high bits; an empty text is never looked up.
+_NUMBERED = f"INSERT OR IGNORE INTO {NUMBERS} (session_id) SELECT new.session_id WHERE new.content <> '';"
+_INDEX_NEW = (
+    f"INSERT INTO {TABLE} (rowid, text) SELECT (number << {_SEQ_BITS}) | new.seq, "
+    f"{FOLD}(new.content, new.content_escaped) FROM {NUMBERS} WHERE session_id = new.session_id AND new.content <> '';"
+)
+_UNINDEX_OLD = (
+    f"DELETE FROM {TABLE} WHERE rowid = "
+    f"(SELECT (number << {_SEQ_BITS}) | old.seq FROM {NUMBERS} WHERE session_id = old.session_id);"
+)
+_CREATE = [
+    f"CREATE TABLE {NUMBERS} (number INTEGER PRIMARY KEY, session_id INTEGER NOT NULL UNIQUE)",
+    # detail=none: no positions (a candidate is checked anyway), a third of the size; columnsize=0: no lengths.
+    f"CREATE VIRTUAL TABLE {TABLE} USING fts5(text, tokenize = 'trigram case_sensitive 1', detail = none, "
+    "columnsize = 0)",
+    f"CREATE TRIGGER {TABLE}_insert AFTER INSERT ON prunestore_messages BEGIN {_NUMBERED} {_INDEX_NEW} END",
+    f"CREATE TRIGGER {TABLE}_delete AFTER DELETE ON prunestore_messages BEGIN {_UNINDEX_OLD} END",
+    f"CREATE TRIGGER {TABLE}_update AFTER UPDATE OF session_id, seq, content, content_escaped "
+    f"ON prunestore_messages BEGIN {_UNINDEX_OLD} {_NUMBERED} {_INDEX_NEW} END",
+    f"INSERT INTO {NUMBERS} (session_id) SELECT DISTINCT session_id FROM prunestore_messages WHERE content <> '' "
+    "ORDER BY session_id",
+    f"INSERT INTO {TABLE} (rowid, text) SELECT (number << {_SEQ_BITS}) | seq, {FOLD}(content, content_escaped) "
+    f"FROM prunestore_messages JOIN {NUMBERS} USING (session_id) WHERE content <> ''",
+]
+# Also in migration 0021's downgrade, which drops the index where a store has one.
+_DROP = [
+    *(f"DROP TRIGGER IF EXISTS {TABLE}_{event}" for event in ("insert", "delete", "update")),
+    f"DROP TABLE IF EXISTS {TABLE}",
+    f"DROP TABLE IF EXISTS {NUMBERS}",
+]
 
-def fold(content: str, escaped: int) -> str:
-    """The text the index holds for a message stored as `content`, escaped or not (what the triggers call)."""
-    return folded(decode_content(content, escaped))
+
+def create(engine: Engine) -> bool:
+    """Give the store a recall index of every message's text (SQLite); False when it already has one."""
+    _check(engine)
+    db.ensure_schema(engine)
+    with db.connection(engine, "create the recall index", write=True) as conn:
+        if present(Driver(conn.connection.dbapi_connection, conn.dialect)):
+            return False
+        for statement in _CREATE:
+            conn.exec_driver_sql(statement)
+    return True
 
 
-def folded(content: str) -> str:
-    """A message's content as the index holds it: casefolded, NUL (never in a trigram looked for) a space."""
-    return content.casefold().replace("\x00", " ")
+def drop(engine: Engine) -> bool:
+    """Remove the store's recall index (recall then reads the session); False when it has none."""
+    _check(engine)
+    db.ensure_schema(engine)
+    with db.connection(engine, "drop the recall index", write=True) as conn:
+        if not present(Driver(conn.connection.dbapi_connection, conn.dialect)):
+            return False
+        for statement in _DROP:
+            conn.exec_driver_sql(statement)
+    return True
 
 
-def register(dbapi_connection: Any) -> None:
-    """Give a SQLite connection the fold the triggers call (each connection that writes messages needs it)."""
-    dbapi_connection.create_function(FOLD, 2, fold, deterministic=True)
+def _check(engine: Engine) -> None:
+    if engine.dialect.name != "sqlite":
+        raise InvalidArgumentError(
+            f"url={db.shown_url(str(engine.url))}: the recall index is SQLite's; on PostgreSQL recall reads the session"
+        )
+    if not _trigrams_available():
+        raise InvalidArgumentError(f"sqlite {sqlite3.sqlite_version}: has no FTS5 trigram tokenizer (3.34 and later)")
+
+
+def _trigrams_available() -> bool:
+    try:
+        sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize = 'trigram')")
+    except sqlite3.Error:
+        return False
+    return True
 
 
 def entry(number: int, seq: int) -> int:
@@ -80,18 +139,9 @@ def match_expression(words: tuple[str, ...]) -> str | None:
     return " AND ".join('"' + t.replace('"', '""') + '"' for t in trigrams[::step][:_MAX_TRIGRAMS])
 
 
-def available() -> bool:
-    """Whether this SQLite has FTS5's trigram tokenizer (3.34 and later, with FTS5 compiled in)."""
-    try:
-        sqlite3.connect(":memory:").execute("CREATE VIRTUAL TABLE t USING fts5(x, tokenize = 'trigram')")
-    except sqlite3.Error:
-        return False
-    return True
-
-
 _PRESENT = Statement(f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '{NUMBERS}'")
 _NUMBER = Statement(f"SELECT number FROM {NUMBERS} WHERE session_id = :sid")
-_NUMBERED = Statement(f"INSERT OR IGNORE INTO {NUMBERS} (session_id) VALUES (:sid)")
+_NUMBER_SESSION = Statement(f"INSERT OR IGNORE INTO {NUMBERS} (session_id) VALUES (:sid)")
 _ENTRIES = Statement(f"SELECT rowid, text FROM {TABLE} WHERE rowid >= :first AND rowid <= :last")
 _UNINDEX = Statement(f"DELETE FROM {TABLE} WHERE rowid >= :first AND rowid <= :last")
 _INDEX = Statement(f"INSERT INTO {TABLE} (rowid, text) VALUES (:rowid, :text)")
@@ -124,7 +174,7 @@ def differences(
 
 def reindex(driver: Driver, sid: int, messages: Iterable[StoredMessage]) -> None:
     """Write the session's entries again from its messages."""
-    driver.run(_NUMBERED, {"sid": sid})
+    driver.run(_NUMBER_SESSION, {"sid": sid})
     found = number(driver, sid)
     assert found is not None
     driver.run(_UNINDEX, _range(found))

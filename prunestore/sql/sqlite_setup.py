@@ -3,7 +3,8 @@
 WAL, ``synchronous=NORMAL`` and a busy timeout on every connection, with
 deleted bytes overwritten; writers start with ``BEGIN IMMEDIATE`` so
 concurrent appends queue on the database lock instead of failing half way.
-Each connection also gets the function the recall index's triggers call.
+Each connection also gets the function the recall index's triggers call,
+where a store has one.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from __future__ import annotations
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
-from . import recall_index
+from .values import folded_stored
 
 BUSY_TIMEOUT_MS = 30_000
 WRITE = "prunestore_write"  # the execution option of a transaction that writes
+FOLD = "prunestore_fold"  # what the recall index's triggers call: `values.folded_stored`
 
 
 def configure(engine: Engine, *, read_only: bool = False) -> None:
@@ -31,7 +33,7 @@ def configure(engine: Engine, *, read_only: bool = False) -> None:
             cursor.execute("PRAGMA secure_delete = ON")  # what is deleted or erased is overwritten
         cursor.execute("PRAGMA synchronous = NORMAL")
         cursor.close()
-        recall_index.register(dbapi_connection)  # the recall index's triggers fold each message written
+        dbapi_connection.create_function(FOLD, 2, folded_stored, deterministic=True)  # for the recall index
 
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:

@@ -21,6 +21,16 @@ def decode_content(stored: str, escaped: int) -> str:
     return _ESCAPED.sub(lambda m: "\x00" if m.group(1) == "0" else "\\", stored)
 
 
+def folded(content: str) -> str:
+    """Content as the recall index holds it: casefolded (what a recall compares), NUL (in no word looked up) a space."""
+    return content.casefold().replace("\x00", " ")
+
+
+def folded_stored(stored: str, escaped: int) -> str:
+    """`folded` of content as a table holds it (what the recall index's triggers call on SQLite)."""
+    return folded(decode_content(stored, escaped))
+
+
 def join_keys(keys: Iterable[str]) -> str:
     return " ".join(keys)
 
