@@ -17,9 +17,10 @@ one, their appends interleaved with its, so the three compare in one run; with
 stores its time and reads the time of the message before it). With --calls,
 each tool result carries the Chat Completions message it came as, naming its
 call, as the integrations store results (the index of tool calls then gets a
-row for it).
+row for it). With --recall-index, one more SQLite store, with the recall
+index (``prunestore db recall-index``), runs beside the default one.
 
-    python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000] [--calls]
+    python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000] [--calls] [--recall-index]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
         [--partitioned URL]   (a PostgreSQL database this may empty)
         [--budget 2000 --clear 500 [--cache-ttl 300]]
@@ -40,7 +41,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from prunestore import Message, Policy, PruneStore
-from prunestore.sql import db, partitions
+from prunestore.sql import db, partitions, recall_index
 
 
 class AgentTraffic:
@@ -187,6 +188,9 @@ def main() -> int:
     parser.add_argument("--clear", type=int, default=0, help="Its clear_at_least.")
     parser.add_argument("--cache-ttl", type=int, help="With --budget, also a store with this cache_ttl.")
     parser.add_argument("--calls", action="store_true", help="Tool results name their calls, as adapters store them.")
+    parser.add_argument(
+        "--recall-index", action="store_true", help="Also run a SQLite store with the recall index, side by side."
+    )
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     policies = {"default": Policy()}
@@ -199,6 +203,9 @@ def main() -> int:
             policies[f"budget {args.budget}/{args.clear}, definers last, cache_ttl {args.cache_ttl}"] = Policy(
                 budget=args.budget, clear_at_least=args.clear, evict="definers_last", cache_ttl=args.cache_ttl
             )
+    indexed = "default, recall index"
+    if args.recall_index:
+        policies[indexed] = Policy()
     results: dict[str, list[tuple[int, float, float]]] = {}
     floors: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -213,6 +220,8 @@ def main() -> int:
             # A database records one policy: on PostgreSQL (one database given) only the default runs.
             chosen = policies if name.startswith("SQLite") else {"default": Policy()}
             stores = {label: PruneStore(url(label), policy=policy) for label, policy in chosen.items()}
+            if indexed in stores:
+                recall_index.create(stores[indexed].engine)
             measured, floor = measure(stores, sizes, args.samples, args.calls)
             for label, rows in measured.items():
                 results[f"{name}, {label}"] = rows

@@ -5,7 +5,9 @@ with two readings of a planted tool near the start and near the end, both
 superseded by a third, so both are out of the prompt. Then, taking the
 sessions in turn, times four recalls: by key and by words, each for the
 recent reading (found after a short read back) and for the early one (read
-back through the whole session). Prints p50 per size and query.
+back through the whole session). Prints p50 per size and query, on SQLite
+without and with the recall index (``prunestore db recall-index``), and on
+PostgreSQL.
 
     python bench/recall.py [--sizes 1000,100000] [--samples 20]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
@@ -25,7 +27,7 @@ from pathlib import Path
 from append_latency import AgentTraffic
 
 from prunestore import Message, PruneStore
-from prunestore.sql import db
+from prunestore.sql import db, recall_index
 
 QUERIES = {
     "key, recent": {"key": "late-reading"},
@@ -78,12 +80,17 @@ def main() -> int:
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
-        backends = [("SQLite (file, WAL)", f"sqlite:///{Path(tmp) / 'bench.db'}")]
+        backends = [
+            ("SQLite (file, WAL)", f"sqlite:///{Path(tmp) / 'bench.db'}"),
+            ("SQLite (file, WAL), recall index", f"sqlite:///{Path(tmp) / 'indexed.db'}"),
+        ]
         if args.postgres:
             backends.append(("PostgreSQL", args.postgres))
         for label, url in backends:
             print(f"{label}:", flush=True)
             with PruneStore(url) as store:
+                if label.endswith("recall index"):
+                    recall_index.create(store.engine)
                 results = measure(store, sizes, args.samples)
             print("  recall(limit=1), p50 ms")
             print(f"  {'messages':>9}" + "".join(f"  {q:>20}" for q in QUERIES))

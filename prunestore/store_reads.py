@@ -240,10 +240,9 @@ class StoreReads:
         Those that define `key` (as a field or a ``DEFINE:`` marker), hold every
         word of `text` (case aside), and stand between the messages `first`
         and `last` (ids, both included), as far as given; the latest `limit`
-        of them. It reads back from the newest message until it has `limit`;
-        on SQLite a trigram index names the messages that may hold a word
-        (docs/api.md, "Recall"), elsewhere a rare match costs up to the
-        session's length. Nothing changes:
+        of them. It reads back from the newest message until it has `limit`,
+        so a rare match costs up to the session's length, unless the store
+        has the recall index (docs/operations.md). Nothing changes:
         what it returns goes back to the model as the result of the call that
         asked, a new message of the session.
         """

@@ -208,3 +208,26 @@ def test_verify_finds_a_damaged_recall_index_and_rebuild_repairs_it(store_url):
         store.rebuild("s")
         assert store.verify().ok
         assert [m.id for m in store.recall("s", text="ZEBRA", limit=2)] == ["t2", "t3"]
+
+
+def test_the_recall_index_command_makes_and_drops_it_and_recall_answers_alike(store_url, backend):
+    with PruneStore(store_url) as store:
+        store.append("s", [Message(f"t{i}", "tool_output", f"price {i} Straße", i, tool_key="p") for i in range(5)])
+        expected = [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)]
+        assert expected == ["t1", "t2", "t3"]
+        runner = CliRunner()
+        result = runner.invoke(main, ["--db", store_url, "db", "recall-index", "--json"])
+        if not backend.startswith("sqlite"):
+            assert result.exit_code == 2 and "the recall index is SQLite's" in result.output
+            return
+        assert result.exit_code == 0, result.output
+        assert json.loads(result.output) == {"recall_index": True, "changed": backend == "sqlite"}
+        store.append("s", Message("t5", "tool_output", "price 5 STRASSE", 5, tool_key="p"))  # an open store keeps it
+        assert [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)] == ["t2", "t3", "t4"]
+        assert store.verify().ok
+        result = runner.invoke(main, ["--db", store_url, "db", "recall-index", "--drop"])
+        assert result.exit_code == 0 and result.output == "the store has no recall index\n"
+        result = runner.invoke(main, ["--db", store_url, "db", "recall-index", "--drop"])
+        assert result.output == "the store has no recall index (it had none)\n"
+        store.append("s", Message("t6", "tool_output", "price 6 strasse", 6, tool_key="p"))
+        assert [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)] == ["t3", "t4", "t5"]
