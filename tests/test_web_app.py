@@ -8,6 +8,7 @@ partitioned tables, and that nothing but reading is possible.
 from __future__ import annotations
 
 import dataclasses
+import html
 import json
 import re
 import subprocess
@@ -367,7 +368,8 @@ def test_the_prompt_page_is_what_render_gives(store, fixture):
     assert client.get("/prompt", params={"session": "agent", "format": other}).status_code == 200
     assert client.get("/prompt", params={"session": "agent", "format": "xml"}).status_code == 400
     text = client.get("/prompt", params={"session": "agent", "format": "text"}).text
-    assert 'id="prompt-text"' in text
+    shown_text = re.search(r'id="prompt-text" dir="auto">([^<]*)</div>', text)
+    assert shown_text is not None and html.unescape(shown_text.group(1)) == store.render("agent", "text").text
 
 
 def test_runs_of_pruned_messages_fold_into_one_line(open_store):
@@ -577,3 +579,36 @@ def test_a_long_prompt_is_shown_a_window_at_a_time(store):
     assert 'id="pages"' not in client.get("/prompt", params={"session": "short"}).text  # one window: no paging
     beyond = client.get("/prompt", params={"session": "short", "after": 3}).text  # a link taken by hand
     assert 'class="msg wire"' not in beyond and "no messages after #3; the prompt holds 1" in beyond
+
+
+def test_a_long_text_prompt_is_shown_a_window_of_messages_at_a_time(store):
+    """The text format pages like the others: the window's messages as render writes them, all on request."""
+    from prunestore.web.app import PROMPT_WINDOW
+
+    calls = [
+        {"role": "user", "content": "start"},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "result\n\nwith a blank line"},
+    ]  # fmt: skip
+    from prunestore import from_openai
+
+    store.append("long", from_openai(calls))
+    store.append("long", [Message(f"u{i}", "user", f"line {i}", i + 1) for i in range(PROMPT_WINDOW + 20)])
+    whole = store.render("long", "text").text
+    client = TestClient(create_app(store), base_url="http://127.0.0.1:8000")
+
+    def text(**params: object) -> tuple[str, str]:
+        page = client.get("/prompt", params={"session": "long", "format": "text", **params}).text
+        found = re.search(r'id="prompt-text" dir="auto">([^<]*)</div>', page)
+        assert found is not None
+        return html.unescape(found.group(1)), page
+
+    first, page = text()
+    total = PROMPT_WINDOW + 22  # the call and its result are one message sent
+    assert f"messages 1–{PROMPT_WINDOW} of {total:,}" in page and 'id="next"' in page
+    rest, page = text(after=PROMPT_WINDOW)
+    assert f"messages {PROMPT_WINDOW + 1}–{total} of {total:,}" in page and 'id="previous"' in page
+    assert first + "\n\n" + rest == whole  # the windows are render's text, cut between messages
+    assert first.startswith("user: start\n\nassistant called f({})\n\ntool result: result\n\nwith a blank line")
+    assert text(show="all")[0] == whole

@@ -226,8 +226,14 @@ def call_input(arguments: Any) -> Any:
 
 
 def to_text(plan: list[tuple[Item, list[Item]]]) -> str:
-    lines = []
+    return "\n\n".join(text_blocks(plan))
+
+
+def text_blocks(plan: list[tuple[Item, list[Item]]]) -> list[str]:
+    """The text format's prompt, one block per message sent (with the results that answer it), to join."""
+    blocks = []
     for item, answered in plan:
+        lines = []
         if item.role == "assistant":
             text = assistant_text(item)
             if text:
@@ -240,4 +246,6 @@ def to_text(plan: list[tuple[Item, list[Item]]]) -> str:
             lines.append(f"system: {plain_or_openai(item) if item.source != 'anthropic' else item.message.content}")
         else:
             lines.append(f"{item.role}: {item.message.content}")
-    return "\n\n".join(lines)
+        if lines:
+            blocks.append("\n\n".join(lines))
+    return blocks

@@ -341,7 +341,8 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
         size = (source.stored, source.tokens)
         laid_out = prompt_page(source.messages, cast(Format, chosen), placeholders, size)  # a format checked above
         after, everything = _count(request, "after"), request.query_params.get("show") == "all"
-        shown = laid_out.messages if everything else laid_out.messages[after : after + PROMPT_WINDOW]
+        sent = laid_out.blocks if chosen == "text" else laid_out.messages  # a block per message in the text format
+        shown = sent if everything else sent[after : after + PROMPT_WINDOW]
         return page(
             request,
             "prompt.html",
@@ -350,6 +351,7 @@ def create_app(store: PruneStore, *, allowed_hosts: Iterable[str] | None = LOOPB
             placeholders=placeholders,
             formats=FORMATS,
             shown=shown,
+            total=len(sent),
             after=0 if everything else after,
             everything=everything,
             window=PROMPT_WINDOW,

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..formats import Dropped, Format, render, render_prompt
-from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of
+from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of, plan_prompt, text_blocks
 from ..model import LIVE_VERDICTS, StoredMessage
 
 _PLACEHOLDER_TEXTS = (*PLACEHOLDERS.values(), ABANDONED)
@@ -50,7 +50,7 @@ class LeftOut:
 class PromptPage:
     format: str
     messages: tuple[WireMessage, ...]
-    text: str  # the "text" format's prompt
+    blocks: tuple[str, ...]  # the "text" format's prompt, one block per message sent, to be joined by blank lines
     left_out: tuple[LeftOut, ...]
     report: Any
 
@@ -148,7 +148,8 @@ def prompt_page(
             else:
                 reason, cause = "abandoned: no result came, and the conversation went on", None
             left_out.append(LeftOut(call.id, call.shown, item.message.id, reason, cause))
-    return PromptPage(format, tuple(messages), rendered.text, tuple(left_out), rendered.report)
+    blocks = tuple(text_blocks(plan_prompt(stored, dropped)[0])) if format == "text" else ()
+    return PromptPage(format, tuple(messages), blocks, tuple(left_out), rendered.report)
 
 
 @dataclass(frozen=True)
