@@ -17,8 +17,9 @@ one, their appends interleaved with its, so the three compare in one run; with
 stores its time and reads the time of the message before it). With --calls,
 each tool result carries the Chat Completions message it came as, naming its
 call, as the integrations store results (the index of tool calls then gets a
-row for it). With --recall-index, one more SQLite store, with the recall
-index (``prunestore db recall-index``), runs beside the default one.
+row for it). With --recall-index, one more store on each backend, with the
+recall index (``prunestore db recall-index``), runs beside the default one
+(on PostgreSQL in a schema of its own, dropped and made again).
 
     python bench/append_latency.py [--sizes 1000,10000,100000] [--samples 1000] [--calls] [--recall-index]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
@@ -100,6 +101,9 @@ def percentile(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p * len(ordered)))]
 
 
+BENCH_SCHEMA = "prunestore_bench_indexed"  # where PostgreSQL's store with the recall index runs
+
+
 class InsertFloor:
     """A one-row INSERT committed on its own, on the store's database: the least a durable append can cost."""
 
@@ -169,6 +173,15 @@ def measure(
     return rows, {label: statistics.median(values) for label, values in floor_timings.items()}
 
 
+def own_schema(url: str) -> str:
+    """`url` with a schema of its own (emptied first) on its search path: a second store in the database."""
+    engine = sa.create_engine(url)
+    with engine.begin() as conn:
+        conn.exec_driver_sql(f"DROP SCHEMA IF EXISTS {BENCH_SCHEMA} CASCADE; CREATE SCHEMA {BENCH_SCHEMA}")
+    engine.dispose()
+    return f"{url}{'&' if '?' in url else '?'}options=-csearch_path%3D{BENCH_SCHEMA}"
+
+
 def empty_and_partition(url: str) -> None:
     """Drop prunestore's tables from the database at `url`, then create them as 16 hash partitions."""
     engine = sa.create_engine(url)
@@ -211,14 +224,20 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         backends = [("SQLite (file, WAL)", lambda label: f"sqlite:///{Path(tmp) / label.replace('/', '-')}.db")]
         if args.postgres:
-            backends.append(("PostgreSQL", lambda label: args.postgres))
+            backends.append(
+                ("PostgreSQL", lambda label: own_schema(args.postgres) if label == indexed else args.postgres)
+            )
         if args.partitioned:
             empty_and_partition(args.partitioned)
             backends.append(("PostgreSQL, 16 partitions", lambda label: args.partitioned))
         for name, url in backends:
             print(f"{name}:", flush=True)
-            # A database records one policy: on PostgreSQL (one database given) only the default runs.
-            chosen = policies if name.startswith("SQLite") else {"default": Policy()}
+            # A database records one policy: on PostgreSQL (one database given) only the default runs,
+            # and the store with the recall index in a schema of its own.
+            if name.startswith("SQLite"):
+                chosen = policies
+            else:
+                chosen = {"default": Policy(), **({indexed: Policy()} if args.recall_index else {})}
             stores = {label: PruneStore(url(label), policy=policy) for label, policy in chosen.items()}
             if indexed in stores:
                 recall_index.create(stores[indexed].engine)

@@ -6,8 +6,8 @@ superseded by a third, so both are out of the prompt. Then, taking the
 sessions in turn, times four recalls: by key and by words, each for the
 recent reading (found after a short read back) and for the early one (read
 back through the whole session). Prints p50 per size and query, on SQLite
-without and with the recall index (``prunestore db recall-index``), and on
-PostgreSQL.
+and PostgreSQL, each without and with the recall index (``prunestore db
+recall-index``).
 
     python bench/recall.py [--sizes 1000,100000] [--samples 20]
         [--postgres URL]   (default: $PRUNESTORE_TEST_POSTGRES_URL; "" skips it)
@@ -85,13 +85,14 @@ def main() -> int:
             ("SQLite (file, WAL), recall index", f"sqlite:///{Path(tmp) / 'indexed.db'}"),
         ]
         if args.postgres:
-            backends.append(("PostgreSQL", args.postgres))
+            backends += [("PostgreSQL", args.postgres), ("PostgreSQL, recall index", args.postgres)]
         for label, url in backends:
             print(f"{label}:", flush=True)
             with PruneStore(url) as store:
                 if label.endswith("recall index"):
                     recall_index.create(store.engine)
                 results = measure(store, sizes, args.samples)
+                recall_index.drop(store.engine)  # a database given is left as it was
             print("  recall(limit=1), p50 ms")
             print(f"  {'messages':>9}" + "".join(f"  {q:>20}" for q in QUERIES))
             for size, by_query in results.items():

@@ -51,7 +51,7 @@ def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], pol
     before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
     driver.run_many(_ERASE, [{"sid": sid, "seq": seq} for seq in sorted(erasing)])
     rebuild_session(driver, row, policy)
-    if recall_index.present(driver):  # the erased text's trigrams leave the index's older segments too
+    if recall_index.kept_by_triggers(driver):  # the erased text's trigrams leave the index's older segments too
         recall_index.purge(driver)
     after = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
     delta = delta_between(before, after)

@@ -84,7 +84,7 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     write_refs(driver, row.session_id, expected.states)
     write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
-    if recall_index.present(driver):
+    if recall_index.kept_by_triggers(driver):
         recall_index.reindex(driver, row.session_id, stored)
     held = (expected.prompt or PromptCounters()).held_below
     ledger = replayed_ledger(driver, row, policy)

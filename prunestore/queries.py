@@ -403,7 +403,7 @@ def verify(
 
 def _recall_mismatches(driver: Driver, name: str, row: SessionRow, stored: list[StoredMessage]) -> list[Mismatch]:
     """The recall index's entries of the session against its messages' text (where the store has the index)."""
-    if not recall_index.present(driver):
+    if not recall_index.kept_by_triggers(driver):
         return []
     ids = {m.seq: m.id for m in stored}
     return [

@@ -65,6 +65,34 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
     return cached
 
 
+def _indexed_statement(has_key: bool, words: tuple[str, ...]) -> Statement:
+    """`_statement` on PostgreSQL with the recall index, in two parts its two indexes can each answer.
+
+    The ASCII content that holds every word (LIKE, which the trigram index serves, as ``strpos`` finds),
+    and the unusual content (the partial index), each newest first; PostgreSQL plans each part itself.
+    """
+    shape = ("indexed", has_key, tuple(map(_plain, words)))
+    cached = _STATEMENTS.get(shape)
+    if cached is None:
+        base = (
+            f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq >= :low "
+            f"AND seq <= :high AND NOT ({IN_PROMPT})"
+        ) + (" AND ' ' || eff_defines || ' ' LIKE :key_pattern" if has_key else "")
+        unusual = recall_index.PG_UNUSUAL_CONTENT
+        newest = " ORDER BY seq DESC LIMIT :chunk"
+        text = f"{base} AND ({unusual}){newest}"
+        if all(shape[2]):  # a word that is not plain can only be in unusual content
+            found = "".join(f" AND {recall_index.PG_FOLDED} LIKE :l{i} ESCAPE '\\'" for i in range(len(words)))
+            text = f"({base}{found} AND NOT ({unusual}){newest}) UNION ALL ({text}){newest}"
+        cached = _STATEMENTS[shape] = Statement(text)
+    return cached
+
+
+def _pattern(word: str) -> str:
+    """A LIKE pattern (escaped with a backslash) matching text that holds `word`."""
+    return "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 def _plain(word: str) -> bool:
     """Whether the database looks for `word` itself: ASCII without NUL (other words only in unusual content)."""
     return word.isascii() and "\x00" not in word
@@ -152,9 +180,14 @@ def _reader(driver: Driver, sid: int, query: Query) -> Reader:
             return rows, seqs[-1] if seqs else high, len(seqs) == chunk
 
         return indexed
-    statement = _statement(driver.postgres, query.key is not None, query.words)
     params: dict = {"sid": sid, "low": query.low, **key}
-    params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
+    if driver.postgres and query.words and recall_index.present(driver):
+        statement = _indexed_statement(query.key is not None, query.words)
+        if all(map(_plain, query.words)):
+            params.update((f"l{i}", _pattern(word)) for i, word in enumerate(query.words))
+    else:
+        statement = _statement(driver.postgres, query.key is not None, query.words)
+        params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))
 
     def scanned(high: int, chunk: int) -> tuple[list[tuple], int, bool]:
         rows = driver.all(statement, {**params, "high": high, "chunk": chunk})

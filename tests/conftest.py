@@ -37,8 +37,11 @@ BACKENDS = [
     pytest.param("partitioned", marks=pytest.mark.postgres),
 ]
 PARTITIONS = 4
-# SQLite with the recall index (prunestore db recall-index), for the modules that set RECALL_INDEX.
-INDEXED = pytest.param("sqlite-indexed", marks=pytest.mark.sqlite)
+# Each backend with the recall index (prunestore db recall-index), for the modules that set RECALL_INDEX.
+INDEXED = [
+    pytest.param("sqlite-indexed", marks=pytest.mark.sqlite),
+    pytest.param("postgres-indexed", marks=pytest.mark.postgres),
+]
 
 
 def _pg_schema_url(base: str, schema: str) -> str:
@@ -59,9 +62,7 @@ def store_url(backend, tmp_path, request):
         return
     if backend == "sqlite-indexed":
         url = f"sqlite:///{tmp_path / 'store.db'}"
-        engine = db.make_engine(url)
-        recall_index.create(engine)
-        engine.dispose()
+        _indexed(url)
         yield url
         return
     base = os.environ.get(PG_ENV)
@@ -81,6 +82,8 @@ def store_url(backend, tmp_path, request):
             engine = db.make_engine(url)
             partitions.partition(engine, PARTITIONS)
             engine.dispose()
+        if backend == "postgres-indexed":
+            _indexed(url)
         yield url
     finally:
         with admin.begin() as conn:
@@ -88,11 +91,40 @@ def store_url(backend, tmp_path, request):
         admin.dispose()
 
 
+def _indexed(url: str) -> None:
+    engine = db.make_engine(url)
+    try:
+        assert recall_index.create(engine)
+    finally:
+        engine.dispose()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _trigrams_in_public() -> None:
+    """pg_trgm where no test's schema holds it (the recall index needs it): one that a store made in a
+    test's schema would go with that schema, and with it every other test's index of trigrams. Workers may
+    race to make it; the loser finds it made."""
+    base = os.environ.get(PG_ENV)
+    if not base:
+        return
+    admin = sa.create_engine(base)
+    for attempt in range(3):
+        try:
+            with admin.begin() as conn:
+                conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm SCHEMA public")
+            return
+        except sa.exc.DBAPIError:
+            if attempt == 2:
+                raise
+        finally:
+            admin.dispose()
+
+
 def pytest_generate_tests(metafunc):
     """Every backend for each test that uses one; modules that set BOTH_APIS run their store tests on
-    PruneStore and on AsyncPruneStore, and those that set RECALL_INDEX on SQLite with the recall index too."""
+    PruneStore and on AsyncPruneStore, and those that set RECALL_INDEX with the recall index too."""
     if "backend" in metafunc.fixturenames and not _parametrizes(metafunc, "backend"):
-        indexed = [INDEXED] if getattr(metafunc.module, "RECALL_INDEX", False) else []
+        indexed = INDEXED if getattr(metafunc.module, "RECALL_INDEX", False) else []
         metafunc.parametrize("backend", [*BACKENDS, *indexed], indirect=True)
     if "open_store" in metafunc.fixturenames and getattr(metafunc.module, "BOTH_APIS", False):
         metafunc.parametrize("api", ["sync", "async"], indirect=True)

@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from sqlalchemy.engine import Connection, Engine
 
 from ..errors import InvalidArgumentError, shorten
-from . import db
+from . import db, recall_index
 from .schema import CALLS, HASH_HOLDERS, KEYS, MESSAGES, POSTGRES_INDEXES, REFS, SESSIONS
 
 __all__ = ["partition", "partition_count", "PER_SESSION"]
@@ -55,9 +55,12 @@ def partition(engine: Engine, count: int) -> None:
         # Writers that committed before the lock are copied; those after it wait, then find the new tables.
         conn.exec_driver_sql(f"LOCK TABLE {', '.join(t.name for t in PER_SESSION)} IN ACCESS EXCLUSIVE MODE")
         view = conn.execute(sa.text("SELECT pg_get_viewdef(to_regclass(:v))"), {"v": _VIEW}).scalar_one()
+        indexed = conn.execute(sa.text("SELECT to_regclass(:i) IS NOT NULL"), {"i": recall_index.PG_TRIGRAMS}).scalar()
         conn.exec_driver_sql(f"DROP VIEW {_VIEW}")
         for table in PER_SESSION:
             _rewrite(conn, table, count)
+        if indexed:  # made on request, so not among the tables' own indexes
+            recall_index.create_postgres(conn)
         conn.exec_driver_sql(f"CREATE VIEW {_VIEW} AS {view}")
         db.analyze_tables(conn)
 

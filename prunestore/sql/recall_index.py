@@ -1,21 +1,28 @@
-"""The recall index on SQLite: every message's text, case folded, by trigram (docs/operations.md).
+"""The recall index: what lets a recall by words skip the rest of the session (docs/operations.md).
 
-A store may have one (``prunestore db recall-index``). An FTS5 table with the
-trigram tokenizer then finds the messages that may hold a word without
-reading the rest of the session: a recall whose only match is near the start
-costs what a recent one does. Triggers on the messages table keep it, so
-every way a message is written, copied, erased or removed keeps it too. Each
-entry's rowid is ``number << 32 | seq``, where `number` is the session's own
-in ``prunestore_recall_sessions`` (its id, a 64-bit hash, leaves no room): a
-session's entries are one rowid range, which FTS5 seeks to in each trigram's
-list, so a store of many sessions costs a recall no more than one of a
-single session.
+A store may have one (``prunestore db recall-index``); without it a recall
+reads back through the session, a pass over its text when the only match is
+near the start.
 
-The index narrows; it never decides. It holds the content as `casefold`
-gives it (what a recall compares), and a recall checks each message it
-names exactly, so it only has to miss nothing: any of a word's trigrams
-found in a message is a candidate, and a word too short for a trigram is
-looked for by reading the session instead.
+On SQLite it is an FTS5 table with the trigram tokenizer holding every
+message's text as `casefold` gives it (what a recall compares), kept by
+triggers on the messages table, so every way a message is written, copied,
+erased or removed keeps it too. Each entry's rowid is ``number << 32 | seq``,
+where `number` is the session's own in ``prunestore_recall_sessions`` (its
+id, a 64-bit hash, leaves no room): a session's entries are one rowid range,
+which FTS5 seeks to in each trigram's list, so a store of many sessions
+costs a recall no more than one of a single session. The index narrows; it
+never decides: a recall checks each message it names exactly, so it only
+has to miss nothing. Any of a word's trigrams found in a message makes it a
+candidate; a word too short for a trigram is looked for by reading.
+
+On PostgreSQL it is two indexes the database keeps itself: a GIN index of
+pg_trgm trigrams over the content with ASCII case folded (where a recall
+looks for an ASCII word, as it does without the index), and a partial index
+of the messages whose content is not plain ASCII (the rest of a recall's
+candidates: there casefold can match what folding ASCII cannot). PostgreSQL
+then plans each recall: through the trigrams for a rare word, back through
+the session for a common one.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ from __future__ import annotations
 import sqlite3
 from collections.abc import Iterable
 
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
 from ..errors import InvalidArgumentError
 from ..model import StoredMessage
@@ -71,16 +78,45 @@ _DROP = [
 ]
 
 
+PG_TRIGRAMS = "prunestore_messages_trigrams"
+PG_UNUSUAL = "prunestore_messages_unusual"
+# Content a recall cannot look for an ASCII word in with ASCII case folding: escaped (NUL), or not ASCII.
+# (PostgreSQL text holds no NUL, so the range from \x01 is every ASCII character it can hold.)
+PG_UNUSUAL_CONTENT = "content_escaped = 1 OR content ~ '[^\\x01-\\x7F]'"
+PG_FOLDED = 'lower(content COLLATE "C")'  # ASCII case folded, whatever the database's locale
+_PG_CREATE = [
+    f"CREATE INDEX IF NOT EXISTS {PG_TRIGRAMS} ON prunestore_messages USING gin ({PG_FOLDED} {{schema}}.gin_trgm_ops)",
+    f"CREATE INDEX IF NOT EXISTS {PG_UNUSUAL} ON prunestore_messages (session_id, seq) WHERE {PG_UNUSUAL_CONTENT}",
+]
+_PG_DROP = [f"DROP INDEX IF EXISTS {PG_TRIGRAMS}", f"DROP INDEX IF EXISTS {PG_UNUSUAL}"]
+_PG_TRGM_SCHEMA = (
+    "SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_trgm'"
+)
+
+
 def create(engine: Engine) -> bool:
-    """Give the store a recall index of every message's text (SQLite); False when it already has one."""
+    """Give the store a recall index of every message's text; False when it already has one."""
     _check(engine)
     db.ensure_schema(engine)
     with db.connection(engine, "create the recall index", write=True) as conn:
-        if present(Driver(conn.connection.dbapi_connection, conn.dialect)):
+        if present(_driver(conn)):
             return False
-        for statement in _CREATE:
-            conn.exec_driver_sql(statement)
+        if conn.dialect.name == "postgresql":
+            create_postgres(conn)
+        else:
+            for statement in _CREATE:
+                conn.exec_driver_sql(statement)
     return True
+
+
+def create_postgres(conn: Connection) -> None:
+    """The indexes on PostgreSQL, installing pg_trgm first where it is not (a database owner may: it is trusted)."""
+    schema = conn.exec_driver_sql(_PG_TRGM_SCHEMA).scalar()
+    if schema is None:
+        conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
+        schema = conn.exec_driver_sql(_PG_TRGM_SCHEMA).scalar_one()
+    for statement in _PG_CREATE:
+        conn.exec_driver_sql(statement.format(schema=f'"{schema}"'))
 
 
 def drop(engine: Engine) -> bool:
@@ -88,19 +124,19 @@ def drop(engine: Engine) -> bool:
     _check(engine)
     db.ensure_schema(engine)
     with db.connection(engine, "drop the recall index", write=True) as conn:
-        if not present(Driver(conn.connection.dbapi_connection, conn.dialect)):
+        if not present(_driver(conn)):
             return False
-        for statement in _DROP:
+        for statement in _PG_DROP if conn.dialect.name == "postgresql" else _DROP:
             conn.exec_driver_sql(statement)
     return True
 
 
+def _driver(conn: Connection) -> Driver:
+    return Driver(conn.connection.dbapi_connection, conn.dialect)
+
+
 def _check(engine: Engine) -> None:
-    if engine.dialect.name != "sqlite":
-        raise InvalidArgumentError(
-            f"url={db.shown_url(str(engine.url))}: the recall index is SQLite's; on PostgreSQL recall reads the session"
-        )
-    if not _trigrams_available():
+    if engine.dialect.name == "sqlite" and not _trigrams_available():
         raise InvalidArgumentError(f"sqlite {sqlite3.sqlite_version}: has no FTS5 trigram tokenizer (3.34 and later)")
 
 
@@ -140,6 +176,7 @@ def match_expression(words: tuple[str, ...]) -> str | None:
 
 
 _PRESENT = Statement(f"SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '{NUMBERS}'")
+_PRESENT_PG = Statement(f"SELECT to_regclass('{PG_TRIGRAMS}') IS NOT NULL")
 _NUMBER = Statement(f"SELECT number FROM {NUMBERS} WHERE session_id = :sid")
 _NUMBER_SESSION = Statement(f"INSERT OR IGNORE INTO {NUMBERS} (session_id) VALUES (:sid)")
 _ENTRIES = Statement(f"SELECT rowid, text FROM {TABLE} WHERE rowid >= :first AND rowid <= :last")
@@ -149,8 +186,13 @@ _OPTIMIZE = Statement(f"INSERT INTO {TABLE} ({TABLE}) VALUES ('optimize')")
 
 
 def present(driver: Driver) -> bool:
-    """Whether the store has the index (SQLite with FTS5's trigram tokenizer)."""
-    return not driver.postgres and bool(driver.scalar(_PRESENT, {}))
+    """Whether the store has the index."""
+    return bool(driver.scalar(_PRESENT_PG if driver.postgres else _PRESENT, {}))
+
+
+def kept_by_triggers(driver: Driver) -> bool:
+    """Whether the store has the index that prunestore keeps (SQLite's; PostgreSQL keeps its own)."""
+    return not driver.postgres and present(driver)
 
 
 def number(driver: Driver, sid: int) -> int | None:
