@@ -10,6 +10,7 @@ asked (a tool result), which is then a message of the session like any other.
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -35,6 +36,7 @@ _AT = {
 }
 
 _STATEMENTS: dict[tuple, Statement] = {}
+_TRIGRAM = re.compile("[a-z0-9]{3}")  # what pg_trgm takes a trigram of from a LIKE pattern (casefolded)
 
 
 def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Statement:
@@ -68,10 +70,13 @@ def _statement(postgres: bool, has_key: bool, words: tuple[str, ...]) -> Stateme
 def _indexed_statement(has_key: bool, words: tuple[str, ...]) -> Statement:
     """`_statement` on PostgreSQL with the recall index, in two parts its two indexes can each answer.
 
-    The ASCII content that holds every word (LIKE, which the trigram index serves, as ``strpos`` finds),
-    and the unusual content (the partial index), each newest first; PostgreSQL plans each part itself.
+    The ASCII content that holds every word, and the unusual content (the partial index), each newest
+    first; PostgreSQL plans each part itself. A word with a trigram of letters and digits is looked for
+    with LIKE, which the trigram index serves; a shorter one with ``strpos``, which it does not (a LIKE
+    with no trigram would make the index read all of itself). Both find what ``strpos`` finds.
     """
-    shape = ("indexed", has_key, tuple(map(_plain, words)))
+    kinds = tuple(_kind(word) for word in words)
+    shape = ("indexed", has_key, kinds)
     cached = _STATEMENTS.get(shape)
     if cached is None:
         base = (
@@ -81,15 +86,28 @@ def _indexed_statement(has_key: bool, words: tuple[str, ...]) -> Statement:
         unusual = recall_index.PG_UNUSUAL_CONTENT
         newest = " ORDER BY seq DESC LIMIT :chunk"
         text = f"{base} AND ({unusual}){newest}"
-        if all(shape[2]):  # a word that is not plain can only be in unusual content
-            found = "".join(f" AND {recall_index.PG_FOLDED} LIKE :l{i} ESCAPE '\\'" for i in range(len(words)))
+        if "unusual" not in kinds:  # a word that is not plain can only be in unusual content
+            folded = recall_index.PG_FOLDED
+            found = "".join(
+                f" AND {folded} LIKE :w{i} ESCAPE '\\'" if kind == "trigrams" else f" AND strpos({folded}, :w{i}) > 0"
+                for i, kind in enumerate(kinds)
+            )
             text = f"({base}{found} AND NOT ({unusual}){newest}) UNION ALL ({text}){newest}"
         cached = _STATEMENTS[shape] = Statement(text)
     return cached
 
 
-def _pattern(word: str) -> str:
-    """A LIKE pattern (escaped with a backslash) matching text that holds `word`."""
+def _kind(word: str) -> str:
+    """How the indexed statement looks for `word`: through its trigrams, by ``strpos``, or not (unusual)."""
+    if not _plain(word):
+        return "unusual"
+    return "trigrams" if _TRIGRAM.search(word) else "strpos"
+
+
+def _indexed_value(word: str) -> str:
+    """What the indexed statement is given for `word`: a LIKE pattern escaped with backslashes, or the word."""
+    if _kind(word) != "trigrams":
+        return word
     return "%" + word.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
 
 
@@ -183,8 +201,7 @@ def _reader(driver: Driver, sid: int, query: Query) -> Reader:
     params: dict = {"sid": sid, "low": query.low, **key}
     if driver.postgres and query.words and recall_index.present(driver):
         statement = _indexed_statement(query.key is not None, query.words)
-        if all(map(_plain, query.words)):
-            params.update((f"l{i}", _pattern(word)) for i, word in enumerate(query.words))
+        params.update((f"w{i}", _indexed_value(word)) for i, word in enumerate(query.words) if _plain(word))
     else:
         statement = _statement(driver.postgres, query.key is not None, query.words)
         params.update((f"w{i}", word) for i, word in enumerate(query.words) if _plain(word))

@@ -99,10 +99,12 @@ def db_partition(ctx: click.Context, count: int, yes: bool, as_json: bool) -> No
 @command(db_group, "recall-index")
 @click.option("--drop", is_flag=True, help="Remove the index instead: recall then reads the session.")
 def db_recall_index(ctx: click.Context, drop: bool, as_json: bool) -> None:
-    """Give a SQLite store an index of its messages' text, so recall by words need not read the session.
+    """Give the store an index of its messages' text, so recall by words need not read the session.
 
-    Triggers keep it from then on, for every store object open on the file.
-    It costs appends and disk space (docs/operations.md, "The recall index").
+    SQLite: an FTS5 table of trigrams kept by triggers; PostgreSQL: indexes
+    that need pg_trgm (installed here where it may be). Every store object
+    open on the store uses it from then on. It costs appends and disk space
+    (docs/operations.md, "The recall index").
     """
     engine = db.make_engine(ctx.find_root().obj)
     try:

@@ -116,7 +116,7 @@ def create_postgres(conn: Connection) -> None:
         conn.exec_driver_sql("CREATE EXTENSION IF NOT EXISTS pg_trgm")
         schema = conn.exec_driver_sql(_PG_TRGM_SCHEMA).scalar_one()
     for statement in _PG_CREATE:
-        conn.exec_driver_sql(statement.format(schema=f'"{schema}"'))
+        conn.exec_driver_sql(statement.format(schema='"' + schema.replace('"', '""') + '"'))
 
 
 def drop(engine: Engine) -> bool:
