@@ -85,7 +85,9 @@ PG_UNUSUAL = "prunestore_messages_unusual"
 PG_UNUSUAL_CONTENT = "content_escaped = 1 OR content ~ '[^\\x01-\\x7F]'"
 PG_FOLDED = 'lower(content COLLATE "C")'  # ASCII case folded, whatever the database's locale
 _PG_CREATE = [
-    f"CREATE INDEX IF NOT EXISTS {PG_TRIGRAMS} ON prunestore_messages USING gin ({PG_FOLDED} {{schema}}.gin_trgm_ops)",
+    # A short pending list (64 kB, not 4 MB): a recall reads all of it, and appends fill it between vacuums.
+    f"CREATE INDEX IF NOT EXISTS {PG_TRIGRAMS} ON prunestore_messages USING gin ({PG_FOLDED} {{schema}}.gin_trgm_ops) "
+    "WITH (gin_pending_list_limit = 64)",
     f"CREATE INDEX IF NOT EXISTS {PG_UNUSUAL} ON prunestore_messages (session_id, seq) WHERE {PG_UNUSUAL_CONTENT}",
 ]
 _PG_DROP = [f"DROP INDEX IF EXISTS {PG_TRIGRAMS}", f"DROP INDEX IF EXISTS {PG_UNUSUAL}"]
