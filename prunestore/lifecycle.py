@@ -62,8 +62,12 @@ _COPY_PREFIX = Statement(
 )
 
 
-def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
-    """Rewrite every derived row and column of the session from its messages."""
+def rebuild_session(driver: Driver, row: SessionRow, policy: Policy, *, reindex: bool = False) -> None:
+    """Rewrite every derived row and column of the session from its messages.
+
+    `reindex` writes the recall index's entries again too: a repair asks for it, since every other
+    change of the messages reaches the index through its triggers.
+    """
     rows = [audited(r) for r in driver.all(AUDIT, {"sid": row.session_id})]
     stored = [r.message for r in rows]
     expected = expected_state(stored, policy)
@@ -84,7 +88,7 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy) -> None:
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     write_refs(driver, row.session_id, expected.states)
     write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
-    if recall_index.kept_by_triggers(driver):
+    if reindex and recall_index.kept_by_triggers(driver):
         recall_index.reindex(driver, row.session_id, stored)
     held = (expected.prompt or PromptCounters()).held_below
     ledger = replayed_ledger(driver, row, policy)

@@ -357,7 +357,7 @@ class PruneStore(StoreReads):
                 if counter is not None:
                     recount(driver, row.session_id, counter.tokens)
                 row.generation = current.generation
-                rebuild_session(driver, row, current.policy)
+                rebuild_session(driver, row, current.policy, reindex=True)
             return current
 
         settled = self._writing("rebuild", run)
