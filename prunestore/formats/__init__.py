@@ -27,7 +27,7 @@ from ..model import StoredMessage
 from ..text import count_tokens
 from .anthropic import from_anthropic, to_anthropic
 from .openai import from_openai, to_openai
-from .plan import DROPPED_MODES, Item, Rendered, RenderReport, item_of, plan_prompt, to_text
+from .plan import DROPPED_MODES, Item, Planned, Rendered, RenderReport, item_of, plan_prompt, to_text
 from .transcripts import Continuation, ToolResult, openai_calls, tool_key
 
 __all__ = [
@@ -81,7 +81,12 @@ def render_prompt(
         raise InvalidMessageError(f"format={shorten(format)}: must be one of {', '.join(FORMATS)}")
     if dropped not in DROPPED_MODES:
         raise InvalidMessageError(f"dropped={shorten(dropped)}: must be 'omit' or 'placeholder'")
-    plan, removed, placeholders = plan_prompt(stored, dropped, items)
+    return render_plan(plan_prompt(stored, dropped, items), format, session)
+
+
+def render_plan(planned: Planned, format: Format, session: tuple[int, int]) -> Rendered:
+    """`render_prompt`'s prompt from the plan it makes: for a caller that needs the plan too."""
+    plan, removed, placeholders = planned
     sent = [item for item, answered in plan for item in [item, *answered]]
     tokens_out = sum(count_tokens(item.content) if item.content is not None else item.message.tokens for item in sent)
     system: str | list | None = None

@@ -115,9 +115,11 @@ def tool_uses(content: Any) -> list[Call]:
     return [Call(b.get("id"), b.get("name"), b.get("input")) for b in blocks if b.get("type") == "tool_use"]
 
 
-def plan_prompt(
-    stored: Sequence[StoredMessage], dropped: str, read: Mapping[int, Item] | None = None
-) -> tuple[list[tuple[Item, list[Item]]], int, int]:
+# The items that go out, each with the results it answers; the calls removed; the placeholders used.
+Planned = tuple[list[tuple[Item, list[Item]]], int, int]
+
+
+def plan_prompt(stored: Sequence[StoredMessage], dropped: str, read: Mapping[int, Item] | None = None) -> Planned:
     """Which items go out, in order, each assistant item with the results of the calls it keeps; `read`
     holds items already made of some of the messages, by seq (fresh ones: planning changes them).
 
