@@ -217,9 +217,14 @@ def test_the_recall_index_command_makes_and_drops_it_and_recall_answers_alike(st
         expected = [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)]
         assert expected == ["t1", "t2", "t3"]
         runner = CliRunner()
+        indexed = backend.endswith("indexed")
+        status = ["--db", store_url, "db", "recall-index", "--status"]
+        result = runner.invoke(main, [*status, "--json"])
+        assert json.loads(result.output) == {"recall_index": indexed, "changed": False}
         result = runner.invoke(main, ["--db", store_url, "db", "recall-index", "--json"])
         assert result.exit_code == 0, result.output
-        assert json.loads(result.output) == {"recall_index": True, "changed": not backend.endswith("indexed")}
+        assert json.loads(result.output) == {"recall_index": True, "changed": not indexed}
+        assert runner.invoke(main, status).output == "the store has a recall index\n"
         store.append("s", Message("t5", "tool_output", "price 5 STRASSE", 5, tool_key="p"))  # an open store keeps it
         assert [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)] == ["t2", "t3", "t4"]
         assert [m.id for m in store.recall("s", text="price 4", limit=3)] == ["t4"]
@@ -228,6 +233,9 @@ def test_the_recall_index_command_makes_and_drops_it_and_recall_answers_alike(st
         assert result.exit_code == 0 and result.output == "the store has no recall index\n"
         result = runner.invoke(main, ["--db", store_url, "db", "recall-index", "--drop"])
         assert result.output == "the store has no recall index (it had none)\n"
+        assert runner.invoke(main, status).output == "the store has no recall index\n"
+        result = runner.invoke(main, [*status, "--drop"])
+        assert result.exit_code == 2 and "--drop and --status" in result.output
         store.append("s", Message("t6", "tool_output", "price 6 strasse", 6, tool_key="p"))
         assert [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)] == ["t3", "t4", "t5"]
 

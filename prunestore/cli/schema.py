@@ -98,7 +98,8 @@ def db_partition(ctx: click.Context, count: int, yes: bool, as_json: bool) -> No
 
 @command(db_group, "recall-index")
 @click.option("--drop", is_flag=True, help="Remove the index instead: recall then reads the session.")
-def db_recall_index(ctx: click.Context, drop: bool, as_json: bool) -> None:
+@click.option("--status", is_flag=True, help="Only say whether the store has the index.")
+def db_recall_index(ctx: click.Context, drop: bool, status: bool, as_json: bool) -> None:
     """Give the store an index of its messages' text, so recall by words need not read the session.
 
     SQLite: an FTS5 table of trigrams kept by triggers; PostgreSQL: indexes
@@ -106,17 +107,22 @@ def db_recall_index(ctx: click.Context, drop: bool, as_json: bool) -> None:
     open on the store uses it from then on. It costs appends and disk space
     (docs/operations.md, "The recall index").
     """
+    if drop and status:
+        raise click.UsageError("--drop and --status: give one of them")
     engine = db.make_engine(ctx.find_root().obj)
     try:
-        changed = (recall_index.drop if drop else recall_index.create)(engine)
+        if status:
+            indexed, changed = recall_index.present_in(engine), False
+        else:
+            indexed, changed = not drop, (recall_index.drop if drop else recall_index.create)(engine)
     finally:
         engine.dispose()
-    indexed = not drop
     if as_json:
         echo_json({"recall_index": indexed, "changed": changed})
     else:
         state = "has a recall index" if indexed else "has no recall index"
-        click.echo(f"the store {state}" + ("" if changed else " (it already had)" if indexed else " (it had none)"))
+        unchanged = "" if status else " (it already had)" if indexed else " (it had none)"
+        click.echo(f"the store {state}" + ("" if changed else unchanged))
 
 
 @command(db_group, "current")

@@ -98,17 +98,7 @@ _PG_TRGM_SCHEMA = (
 
 def create(engine: Engine) -> bool:
     """Give the store a recall index of every message's text; False when it already has one."""
-    _check(engine)
-    db.ensure_schema(engine)
-    with db.connection(engine, "create the recall index", write=True) as conn:
-        if present(_driver(conn)):
-            return False
-        if conn.dialect.name == "postgresql":
-            create_postgres(conn)
-        else:
-            for statement in _CREATE:
-                conn.exec_driver_sql(statement)
-    return True
+    return _change(engine, "create the recall index", want=True)
 
 
 def create_postgres(conn: Connection) -> None:
@@ -123,13 +113,22 @@ def create_postgres(conn: Connection) -> None:
 
 def drop(engine: Engine) -> bool:
     """Remove the store's recall index (recall then reads the session); False when it has none."""
+    return _change(engine, "drop the recall index", want=False)
+
+
+def _change(engine: Engine, doing: str, *, want: bool) -> bool:
+    """Make the index present (`want`) or absent, in one write transaction; False when it already was."""
     _check(engine)
     db.ensure_schema(engine)
-    with db.connection(engine, "drop the recall index", write=True) as conn:
-        if not present(_driver(conn)):
+    with db.connection(engine, doing, write=True) as conn:
+        if present(_driver(conn)) == want:
             return False
-        for statement in _PG_DROP if conn.dialect.name == "postgresql" else _DROP:
-            conn.exec_driver_sql(statement)
+        postgres = conn.dialect.name == "postgresql"
+        if want and postgres:
+            create_postgres(conn)
+        else:
+            for statement in _CREATE if want else _PG_DROP if postgres else _DROP:
+                conn.exec_driver_sql(statement)
     return True
 
 
@@ -190,6 +189,12 @@ _OPTIMIZE = Statement(f"INSERT INTO {TABLE} ({TABLE}) VALUES ('optimize')")
 def present(driver: Driver) -> bool:
     """Whether the store has the index."""
     return bool(driver.scalar(_PRESENT_PG if driver.postgres else _PRESENT, {}))
+
+
+def present_in(engine: Engine) -> bool:
+    """Whether the store has the index, read in a transaction of its own."""
+    with db.connection(engine, "read whether there is a recall index") as conn:
+        return present(_driver(conn))
 
 
 def kept_by_triggers(driver: Driver) -> bool:
