@@ -240,6 +240,13 @@ def test_the_recall_index_command_makes_and_drops_it_and_recall_answers_alike(st
         assert [m.id for m in store.recall("s", text="PRICE STRASSE", limit=3)] == ["t3", "t4", "t5"]
 
 
+def test_asking_whether_a_missing_store_has_the_recall_index_makes_no_store(tmp_path):
+    path = tmp_path / "missing.db"
+    result = CliRunner().invoke(main, ["--db", f"sqlite:///{path}", "db", "recall-index", "--status"])
+    assert result.exit_code == 2 and "no such file, so no store to read" in result.output, result.output
+    assert not path.exists()
+
+
 @pytest.mark.parametrize("backend", INDEXED[1:], indirect=True)
 def test_partitioning_a_postgresql_store_keeps_its_recall_index(store_url):
     with PruneStore(store_url) as store:

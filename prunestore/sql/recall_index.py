@@ -192,7 +192,9 @@ def present(driver: Driver) -> bool:
 
 
 def present_in(engine: Engine) -> bool:
-    """Whether the store has the index, read in a transaction of its own."""
+    """Whether the store has the index, read in a transaction of its own (`StoreNotFoundError` where there
+    is no store: a read makes none)."""
+    db.ensure_schema(engine, create=False)
     with db.connection(engine, "read whether there is a recall index") as conn:
         return present(_driver(conn))
 
