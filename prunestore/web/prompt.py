@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..formats import Dropped, Format, render_plan
+from ..formats import Dropped, Format, Rendered, render_plan
 from ..formats.plan import ABANDONED, PLACEHOLDERS, item_of, plan_prompt, text_blocks
 from ..model import LIVE_VERDICTS, StoredMessage
 
@@ -124,9 +124,8 @@ def prompt_page(
     with the session's size as `session` (messages, tokens).
     """
     dropped: Dropped = "placeholder" if placeholders else "omit"
-    planned = plan_prompt(stored, dropped)
     whole = (len(stored), sum(m.tokens for m in stored)) if session is None else session
-    rendered = render_plan(planned, format, whole)
+    rendered, blocks = _rendered(stored, format, dropped, whole)
     items = [item_of(m) for m in stored]
     results = {i.call_id: i.message for i in items if i.role == "tool" and i.call_id is not None}
     sources = {call_id: m.id for call_id, m in results.items()}
@@ -150,8 +149,17 @@ def prompt_page(
             else:
                 reason, cause = "abandoned: no result came, and the conversation went on", None
             left_out.append(LeftOut(call.id, call.shown, item.message.id, reason, cause))
-    blocks = tuple(text_blocks(planned[0])) if format == "text" else ()
     return PromptPage(format, tuple(messages), blocks, tuple(left_out), rendered.report)
+
+
+def _rendered(
+    stored: Sequence[StoredMessage], format: Format, dropped: Dropped, session: tuple[int, int]
+) -> tuple[Rendered, tuple[str, ...]]:
+    """The prompt as `render` gives it and, for the text format, its blocks: from one plan, which is
+    garbage once they are made (the page goes on to make an item of every message)."""
+    planned = plan_prompt(stored, dropped)
+    blocks = tuple(text_blocks(planned[0])) if format == "text" else ()
+    return render_plan(planned, format, session), blocks
 
 
 @dataclass(frozen=True)
