@@ -8,11 +8,15 @@ Seq Scan (so an index can serve it).
 
 from __future__ import annotations
 
+import psycopg
+import pytest
+from conftest import BACKENDS
 from test_scenarios import SCENARIOS
 
 from prunestore import Message as M
 from prunestore import Policy
-from prunestore.sql import db
+from prunestore.sql import db, rows
+from prunestore.sql.sessionids import session_id
 
 
 def test_append_statements_use_indexes(store, recorded):
@@ -209,3 +213,36 @@ def test_the_history_is_read_from_its_index_alone(open_store, recorded):
         assert plan.startswith("Index Only Scan using prunestore_messages_"), plan  # a partition's has its own name
     else:
         assert "USING COVERING INDEX prunestore_messages_appends" in plan, plan
+
+
+@pytest.mark.parametrize("backend", BACKENDS[1:], indirect=True)
+def test_lookups_by_id_and_seq_probe_the_index_in_a_generic_plan_on_old_statistics(store):
+    """psycopg prepares a statement it runs often, and PostgreSQL may then plan it once for any values.
+
+    A store's tables are analyzed when they are made, empty, so until the
+    next ANALYZE a session looks small; a generic plan of ``IN`` a list of
+    500 values then read the whole session and compared each row with every
+    value. The lookups of an append's ids and of seqs probe the index once
+    per value, whatever the statistics say.
+    """
+    store.append("s", [M(f"m{i}", "user", f"message {i}", 0) for i in range(2000)])
+    sid = session_id("s")
+    lookups = [
+        (rows.LOCK_SESSION_WITH_IDS_PG, {"sid": sid, "ids": [f"m{i}" for i in range(0, 2000, 4)]}, "text[]"),
+        (rows.MESSAGES_BY_SEQ_PG, {"sid": sid, "seqs": list(range(1, 2001, 4))}, "bigint[]"),
+    ]
+    for statement, params, list_type in lookups:
+        with db.transaction(store.engine, "explain") as driver:
+            sql, _ = statement.render(driver.pyformat, params)
+            names = ["sid", next(name for name in params if name != "sid")]
+            for number, name in enumerate(names, 1):
+                sql = sql.replace(f"%({name})s", f"${number}")
+            driver.execute_plain("SET LOCAL plan_cache_mode = force_generic_plan")
+            cursor = psycopg.ClientCursor(driver.raw)  # EXECUTE's arguments as literals: PREPARE gave their types
+            cursor.execute(f"PREPARE lookup (bigint, {list_type}) AS {sql}")
+            cursor.execute("EXPLAIN ANALYZE EXECUTE lookup(%s, %s)", [sid, params[names[1]]])
+            plan = [row[0] for row in cursor.fetchall()]
+            cursor.execute("DEALLOCATE lookup")
+        assert not any("Rows Removed by Filter" in line for line in plan), plan
+        assert any("Index" in line and "prunestore_messages" in line for line in plan), plan
+        assert any(" rows=500 loops=1" in line for line in plan[:1]), plan  # every value found

@@ -34,6 +34,7 @@ from .rows import (
     LAST_TOOL_HOLDER,
     LIVE_AFTER,
     MESSAGES_BY_SEQ,
+    MESSAGES_BY_SEQ_PG,
     PENDING_ROWS,
     TIME_OF,
     UPDATE_VERDICT,
@@ -63,7 +64,8 @@ class LockedRows:
         self.escape_nul = driver.postgres
 
     def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
-        return [msg_state(row) for row in self.driver.chunks(MESSAGES_BY_SEQ, {"sid": self.sid}, "seqs", seqs)]
+        by_seq = MESSAGES_BY_SEQ_PG if self.driver.postgres else MESSAGES_BY_SEQ
+        return [msg_state(row) for row in self.driver.chunks(by_seq, {"sid": self.sid}, "seqs", seqs)]
 
     def last_tool_holder(self, tool_key: str) -> MsgState | None:
         row = self.driver.first(LAST_TOOL_HOLDER, {"sid": self.sid, "tool_key": tool_key})
