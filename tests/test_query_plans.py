@@ -228,8 +228,8 @@ def test_lookups_by_id_and_seq_probe_the_index_in_a_generic_plan_on_old_statisti
     store.append("s", [M(f"m{i}", "user", f"message {i}", 0) for i in range(2000)])
     sid = session_id("s")
     lookups = [
-        (rows.LOCK_SESSION_WITH_IDS_PG, {"sid": sid, "ids": [f"m{i}" for i in range(0, 2000, 4)]}, "text[]"),
-        (rows.MESSAGES_BY_SEQ_PG, {"sid": sid, "seqs": list(range(1, 2001, 4))}, "bigint[]"),
+        (rows.LOCK_SESSION_PROBING_IDS_PG, {"sid": sid, "ids": [f"m{i}" for i in range(0, 2000, 4)]}, "text[]"),
+        (rows.MESSAGES_PROBING_SEQS_PG, {"sid": sid, "seqs": list(range(1, 2001, 4))}, "bigint[]"),
     ]
     for statement, params, list_type in lookups:
         with db.transaction(store.engine, "explain") as driver:

@@ -34,8 +34,9 @@ from .rows import (
     LAST_TOOL_HOLDER,
     LIVE_AFTER,
     MESSAGES_BY_SEQ,
-    MESSAGES_BY_SEQ_PG,
+    MESSAGES_PROBING_SEQS_PG,
     PENDING_ROWS,
+    PROBED_FROM,
     TIME_OF,
     UPDATE_VERDICT,
     UPSERT_KEY,
@@ -64,7 +65,9 @@ class LockedRows:
         self.escape_nul = driver.postgres
 
     def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
-        by_seq = MESSAGES_BY_SEQ_PG if self.driver.postgres else MESSAGES_BY_SEQ
+        seqs = list(seqs)
+        probing = self.driver.postgres and len(seqs) >= PROBED_FROM
+        by_seq = MESSAGES_PROBING_SEQS_PG if probing else MESSAGES_BY_SEQ
         return [msg_state(row) for row in self.driver.chunks(by_seq, {"sid": self.sid}, "seqs", seqs)]
 
     def last_tool_holder(self, tool_key: str) -> MsgState | None:

@@ -22,8 +22,10 @@ from .rows import (
     ID_AT,
     INSERT_SESSION,
     LOCK_SESSION_PG,
+    LOCK_SESSION_PROBING_IDS_PG,
     LOCK_SESSION_WITH_IDS_PG,
     MESSAGES_BY_ID,
+    PROBED_FROM,
     SELECT_SESSION,
     SESSION_WITH_IDS,
     UPDATE_SESSION,
@@ -144,13 +146,17 @@ def lock_session_for_append(
     third, or None where the session was not there to lock (the queries then ran
     unlocked, and are not read).
     """
-    select = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
     sid = session_id(name)
     found: dict[str, StoredMessage] = {}
     row = None
     read_ahead = None
     for start in range(0, max(len(ids), 1), 500):
-        pending = driver.send(select, {"sid": sid, "ids": ids[start : start + 500] or [""]})
+        chunk = ids[start : start + 500] or [""]
+        if not driver.postgres:
+            select = SESSION_WITH_IDS
+        else:
+            select = LOCK_SESSION_PROBING_IDS_PG if len(chunk) >= PROBED_FROM else LOCK_SESSION_WITH_IDS_PG
+        pending = driver.send(select, {"sid": sid, "ids": chunk})
         if start == 0 and ahead is not None:
             read_ahead = ahead(sid)
         rows = pending.rows()
