@@ -36,12 +36,12 @@ from .rows import (
     MESSAGES_BY_SEQ,
     MESSAGES_PROBING_SEQS_PG,
     PENDING_ROWS,
-    PROBED_FROM,
     TIME_OF,
     UPDATE_VERDICT,
     UPSERT_KEY,
     counted,
     first_value,
+    for_list,
     key_state,
     key_with_definer,
     msg_state,
@@ -66,8 +66,7 @@ class LockedRows:
 
     def messages_by_seq(self, seqs: Iterable[int]) -> list[MsgState]:
         seqs = list(seqs)
-        probing = self.driver.postgres and len(seqs) >= PROBED_FROM
-        by_seq = MESSAGES_PROBING_SEQS_PG if probing else MESSAGES_BY_SEQ
+        by_seq = for_list(self.driver.postgres, seqs, MESSAGES_BY_SEQ, MESSAGES_PROBING_SEQS_PG)
         return [msg_state(row) for row in self.driver.chunks(by_seq, {"sid": self.sid}, "seqs", seqs)]
 
     def last_tool_holder(self, tool_key: str) -> MsgState | None:

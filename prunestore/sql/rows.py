@@ -94,12 +94,9 @@ _SESSION_COLUMNS = (
 SESSION_WIDTH = 15
 SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
 LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
+_WITH_IDS_COLUMNS = "SELECT " + ", ".join("s." + c for c in _SESSION_COLUMNS.split(", ")) + ", " + message_columns("m")
 _WITH_IDS = (
-    "SELECT "
-    + ", ".join("s." + c for c in _SESSION_COLUMNS.split(", "))
-    + ", "
-    + message_columns("m")
-    + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
+    _WITH_IDS_COLUMNS + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.session_id = :sid"
 )
 SESSION_WITH_IDS = Statement(_WITH_IDS)
@@ -134,9 +131,7 @@ def _probed(array: str, column: str, sql_type: str) -> str:
 _XMIN = ", s.xmin = (SELECT x.xmin FROM prunestore_sessions x WHERE x.session_id = :sid) FROM prunestore_sessions s"
 LOCK_SESSION_WITH_IDS_PG = Statement(_WITH_IDS.replace(" FROM prunestore_sessions s", _XMIN) + " FOR UPDATE OF s")
 LOCK_SESSION_PROBING_IDS_PG = Statement(
-    _WITH_IDS.split(" FROM ")[0]
-    + _XMIN
-    + f" LEFT JOIN LATERAL (SELECT m.* FROM {_probed('ids', 'id', 'text')}) AS m ON true "
+    _WITH_IDS_COLUMNS + _XMIN + f" LEFT JOIN LATERAL (SELECT m.* FROM {_probed('ids', 'id', 'text')}) AS m ON true "
     "WHERE s.session_id = :sid FOR UPDATE OF s"
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
@@ -155,6 +150,13 @@ UPDATE_SESSION = Statement(
 )
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 MESSAGES_PROBING_SEQS_PG = Statement(f"SELECT {_STATE} FROM {_probed('seqs', 'seq', 'bigint')}")
+
+
+def for_list(postgres: bool, values: list, listed: Statement, probed: Statement) -> Statement:
+    """`probed` (PostgreSQL's statement of `_probed` lookups) for `PROBED_FROM` values or more, else `listed`."""
+    return probed if postgres and len(values) >= PROBED_FROM else listed
+
+
 LAST_TOOL_HOLDER = Statement(
     f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND tool_key = :tool_key "
     "ORDER BY seq DESC LIMIT 1"

@@ -25,10 +25,10 @@ from .rows import (
     LOCK_SESSION_PROBING_IDS_PG,
     LOCK_SESSION_WITH_IDS_PG,
     MESSAGES_BY_ID,
-    PROBED_FROM,
     SELECT_SESSION,
     SESSION_WITH_IDS,
     UPDATE_SESSION,
+    for_list,
     joined_message,
     keyed_message,
     lock_saw_the_latest,
@@ -152,10 +152,8 @@ def lock_session_for_append(
     read_ahead = None
     for start in range(0, max(len(ids), 1), 500):
         chunk = ids[start : start + 500] or [""]
-        if not driver.postgres:
-            select = SESSION_WITH_IDS
-        else:
-            select = LOCK_SESSION_PROBING_IDS_PG if len(chunk) >= PROBED_FROM else LOCK_SESSION_WITH_IDS_PG
+        listed = LOCK_SESSION_WITH_IDS_PG if driver.postgres else SESSION_WITH_IDS
+        select = for_list(driver.postgres, chunk, listed, LOCK_SESSION_PROBING_IDS_PG)
         pending = driver.send(select, {"sid": sid, "ids": chunk})
         if start == 0 and ahead is not None:
             read_ahead = ahead(sid)
