@@ -24,7 +24,8 @@ from .errors import (
     TurnOrderError,
 )
 from .formats import Rendered, RenderReport, from_anthropic, from_openai
-from .model import ROLES, VERDICTS, Message, Policy, StoredMessage
+from .model import ROLES, VERDICTS, Message, StoredMessage
+from .policy import Policy
 from .prices import LedgerTotals, Prices
 from .prune import PruneResult, prune
 from .results import (

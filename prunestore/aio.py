@@ -29,7 +29,8 @@ from typing import Any
 from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Options
 from .formats import Dropped, Format, Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
-from .model import Message, Policy, StoredMessage
+from .model import Message, StoredMessage
+from .policy import Policy
 from .prices import Prices
 from .results import (
     Delta,

@@ -25,11 +25,11 @@ from .model import (
     MAX_TOKENS,
     MESSAGE_FIELDS,
     Message,
-    Policy,
     check_identifier,
     check_key_count,
     storable_text_problem,
 )
+from .policy import Policy
 from .results import Delta
 from .sql.driver import Driver
 from .sql.locked_rows import AheadRows, LockedRows, read_ahead
@@ -136,6 +136,11 @@ class Options:
         """Refuse a message larger than the store's limits (set when it is opened), or with marker keys
         past the limits every key has."""
         content = state.message.content if state.message is not None else ""
+        if state.message is not None and state.message.summarizes:
+            raise InvalidMessageError(
+                f"summarizes={shorten(state.message.summarizes)}: a store does not keep summaries; "
+                'prunestore.prune folds them (docs/semantics.md, "Summaries")'
+            )
         for field, keys in (("DEFINE: markers", state.defines), ("REF: markers", state.refs)):
             check_key_count(f"content ({field})", keys)
             long = next((key for key in keys if len(key) > MAX_IDENTIFIER_BYTES), None)

@@ -21,7 +21,8 @@ from .engine.first import index_rows
 from .engine.maintainer import Maintainer
 from .engine.prompt import PromptCounters
 from .engine.state import KeyState, MsgState, NoRows, Totals, new_state
-from .model import Policy, StoredMessage
+from .model import StoredMessage
+from .policy import Policy
 from .prune import prune
 from .results import Mismatch
 from .sql.calls import call_ids

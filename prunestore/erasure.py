@@ -19,7 +19,8 @@ from sqlalchemy.engine import Engine
 from .clock import from_micros, micros
 from .errors import InvalidArgumentError, no_such_message, shorten
 from .lifecycle import VERDICTS_FROM, delta_between, rebuild_session
-from .model import ERASED, Policy, check_identifier
+from .model import ERASED, check_identifier
+from .policy import Policy
 from .results import Erasure
 from .sql import recall_index
 from .sql.driver import Driver, Statement

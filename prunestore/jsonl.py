@@ -2,7 +2,7 @@
 
 One JSON object per line with the `Message` fields (``id``, ``role``,
 ``content``, ``turn``; optional ``tool_key``, ``expires_after_turn``,
-``defines``, ``refs``, ``metadata``, ``tokens``, and ``at`` as an ISO 8601
+``defines``, ``refs``, ``metadata``, ``tokens``, ``summarizes``, and ``at`` as an ISO 8601
 time with its offset) and, for ``prunestore import``, the
 ``session`` it belongs to. Blank lines are skipped.
 """
@@ -22,7 +22,7 @@ __all__ = ["parse_line", "read_numbered_lines", "to_json"]
 _REQUIRED_IN_ORDER = ("id", "role", "content", "turn")
 _REQUIRED = frozenset(_REQUIRED_IN_ORDER)
 _KNOWN = frozenset(MESSAGE_FIELDS)
-_LISTS = frozenset({"defines", "refs"})
+_LISTS = frozenset({"defines", "refs", "summarizes"})
 
 
 def parse_line(line: str, number: int, *, session_field: bool) -> tuple[str | None, Message]:

@@ -15,7 +15,8 @@ from .audit import expected_state
 from .engine.prompt import PromptCounters
 from .engine.state import Totals, new_state
 from .errors import SessionExistsError, SessionNotFoundError, no_such_message, shorten
-from .model import EVICTED, LIVE_VERDICTS, Policy, StoredMessage, check_identifier
+from .model import EVICTED, LIVE_VERDICTS, StoredMessage, check_identifier
+from .policy import Policy
 from .results import Delta
 from .sql import recall_index
 from .sql.calls import write_calls

@@ -1,4 +1,4 @@
-"""The values prunestore works on: messages, stored messages and the policy.
+"""The values prunestore works on: messages, stored messages and their verdicts.
 
 Validation happens when a value is built, so a bad message is refused before
 it gets near a store, and the error names the field and the value.
@@ -8,23 +8,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sized
-from collections.abc import Set as AbstractSet
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from datetime import datetime
 from typing import Any, Final, Literal, TypeVar, get_args
 
-from .errors import InvalidMessageError, InvalidPolicyError, shorten
-from .prices import PRICES, Prices
+from .errors import InvalidMessageError, shorten
 from .text import KEY_PATTERN, marker_defines, marker_refs
 
 __all__ = [  # the values users meet; the helpers below serve the package
     "Message",
     "StoredMessage",
-    "Policy",
     "Role",
     "Verdict",
-    "RestoreMode",
-    "EvictOrder",
     "ROLES",
     "VERDICTS",
     "KEPT",
@@ -35,22 +30,19 @@ __all__ = [  # the values users meet; the helpers below serve the package
     "EVICTED",
     "PENDING",
     "ERASED",
+    "UNNEEDED",
     "LIVE_VERDICTS",
     "SURVIVING_VERDICTS",
     "BUDGET_VERDICTS",
     "PASS_1_SURVIVORS",
     "REFERRING_VERDICTS",
-    "RESTORE_MODES",
-    "EVICT_ORDERS",
     "MAX_IDENTIFIER_BYTES",
     "MAX_SESSION_NAME",
     "MAX_KEYS",
 ]
 
 Role = Literal["system", "user", "assistant", "tool_output", "retrieved_doc", "erased"]
-Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending", "erased"]
-RestoreMode = Literal["transitive", "direct"]
-EvictOrder = Literal["oldest", "definers_last"]
+Verdict = Literal["kept", "restored", "superseded", "expired", "duplicate", "evicted", "pending", "erased", "unneeded"]
 
 ROLES: frozenset[str] = frozenset(get_args(Role))
 
@@ -62,7 +54,8 @@ DUPLICATE: Final = "duplicate"
 EVICTED: Final = "evicted"  # kept by the passes, taken out of the prompt to stay under the budget
 PENDING: Final = "pending"  # dropped by the passes, still in the prompt until the next removal event
 ERASED: Final = "erased"  # the role and the verdict of a message whose content `PruneStore.erase` removed
-VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING, ERASED)
+UNNEEDED: Final = "unneeded"  # a summary none of whose covered messages the budget evicted
+VERDICTS = (KEPT, RESTORED, SUPERSEDED, EXPIRED, DUPLICATE, EVICTED, PENDING, ERASED, UNNEEDED)
 # The verdict sets, defined here once and used by the engine, the SQL text (`sql.rows.sql_set`) and the views.
 LIVE_VERDICTS = (KEPT, RESTORED, PENDING)  # live: what goes into the prompt
 SURVIVING_VERDICTS = (KEPT, RESTORED)  # in the prompt because the passes keep it (not pending)
@@ -128,7 +121,9 @@ class Message:
     message's token count: the store keeps it instead of counting, and keeps
     it through a change of counter (docs/tokens.md). `at`, a timezone-aware
     time, is when the message was said; a policy's `cache_ttl` reads it
-    (docs/semantics.md, "Cache expiry").
+    (docs/semantics.md, "Cache expiry"). `summarizes`, the ids of earlier
+    messages, makes it a summary of them: in the prompt while the budget
+    keeps any of them out of it (docs/semantics.md, "Summaries").
     """
 
     id: str
@@ -142,6 +137,7 @@ class Message:
     metadata: dict[str, Any] | None = field(default=None, hash=False)
     tokens: int | None = None
     at: datetime | None = None
+    summarizes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check_identifier("id", self.id)
@@ -166,6 +162,8 @@ class Message:
         if self.at is not None:
             if not isinstance(self.at, datetime) or self.at.utcoffset() is None:
                 raise _fail("at", self.at, "must be a timezone-aware datetime (datetime.now(timezone.utc)) or None")
+        if self.summarizes != ():
+            object.__setattr__(self, "summarizes", _check_summarized(self))
         if self.role == ERASED:
             _check_erased(self)
             object.__setattr__(self, "tokens", 0)
@@ -173,6 +171,38 @@ class Message:
     def given_tokens(self) -> int | None:
         """The token count the caller gave, or None: the store's counter counts the message."""
         return self.tokens
+
+
+def _check_summarized(message: Message) -> tuple[str, ...]:
+    """A summary names the earlier messages it stands for, and says nothing the passes read
+    (docs/semantics.md, "Summaries"): its own keys would bring back what it stands for."""
+    ids = message.summarizes
+    if isinstance(ids, str) or not isinstance(ids, Iterable) or isinstance(ids, Mapping):
+        raise _fail("summarizes", ids, "must be a list of message ids")
+    result = tuple(ids)
+    if not result:
+        return result
+    if len(result) > MAX_SUMMARIZED:
+        raise _fail("summarizes", result, f"{len(result)} ids, over the limit of {MAX_SUMMARIZED}")
+    for covered in result:
+        check_identifier("summarizes", covered)
+    if message.id in result:
+        raise _fail("summarizes", message.id, "a summary cannot summarize itself")
+    seen: set[str] = set()
+    for covered in result:
+        if covered in seen:
+            raise _fail("summarizes", covered, "names the same message twice")
+        seen.add(covered)
+    said = {
+        "tool_key": message.tool_key,
+        "expires_after_turn": message.expires_after_turn,
+        "defines": message.defines,
+        "refs": message.refs,
+    }
+    for name, value in said.items():
+        if value not in (None, ()):
+            raise _fail(name, value, "a summary holds none: it stands for its messages, and the passes do not read it")
+    return result
 
 
 def _check_erased(message: Message) -> None:
@@ -185,6 +215,7 @@ def _check_erased(message: Message) -> None:
         "refs": message.refs,
         "metadata": message.metadata,
         "tokens": message.tokens,
+        "summarizes": message.summarizes,
     }
     for name, value in said.items():
         if value not in (None, "", (), 0):
@@ -208,6 +239,7 @@ def _check_turn(field_name: str, value: object, minimum: int) -> None:
 MAX_SESSION_NAME = 512  # characters of a session name
 MAX_IDENTIFIER_BYTES = 1024  # an id, tool key or key, UTF-8 encoded: PostgreSQL indexes hold up to 2,704 bytes
 MAX_KEYS = 10_000  # keys a message defines or refers to, in a field or by content markers
+MAX_SUMMARIZED = 100_000  # messages one summary stands for
 
 
 def check_identifier(field_name: str, value: object) -> None:
@@ -256,12 +288,16 @@ def unchecked(cls: type[M], values: dict[str, Any]) -> M:
 
 
 def effective_defines(message: Message) -> frozenset[str]:
-    """The `defines` field plus every ``DEFINE:<key>`` marker in the content."""
+    """The `defines` field plus every ``DEFINE:<key>`` marker in the content (none in a summary's)."""
+    if message.summarizes:
+        return frozenset()
     return frozenset(message.defines).union(marker_defines(message.content))
 
 
 def effective_refs(message: Message) -> frozenset[str]:
-    """The `refs` field plus every ``REF:<key>`` marker in the content."""
+    """The `refs` field plus every ``REF:<key>`` marker in the content (none in a summary's)."""
+    if message.summarizes:
+        return frozenset()
     return frozenset(message.refs).union(marker_refs(message.content))
 
 
@@ -304,6 +340,7 @@ class StoredMessage(Message):
             metadata=self.metadata,
             tokens=self.given_tokens(),
             at=self.at,
+            summarizes=self.summarizes,
         )
 
 
@@ -313,122 +350,3 @@ def supports(base: str, restored: bool, transitive: bool) -> bool:
     The one definition used by the maintainer, the audit and `explain` (docs/semantics.md, pass 5).
     """
     return base == KEPT or (transitive and restored)
-
-
-RESTORE_MODES = ("transitive", "direct")
-EVICT_ORDERS = ("oldest", "definers_last")
-
-
-@dataclass(frozen=True)
-class Policy:
-    """What the passes drop, how restoration follows dependencies, and the token budget.
-
-    `dedupe_roles` are the roles whose repeated contents are duplicates;
-    `restore` is ``"transitive"`` (refs of restored messages restore more) or
-    ``"direct"`` (only refs of kept messages count, as the reference article).
-    `budget` caps the prompt's tokens by evicting the oldest messages no live
-    message needs; `clear_at_least` gathers removals into events of at least
-    that many tokens, so the prompt stays a growing prefix between them (and
-    the provider's prompt cache warm); `pinned_roles` are never evicted.
-    `evict` orders eviction: ``"oldest"`` first, or ``"definers_last"``: the
-    oldest message that is no key's current definer first, definers only
-    when none is left, so fewer facts leave and come back (a comeback
-    rewrites the cached prompt after it). `cache_ttl` (seconds) is how long
-    the provider keeps a cached prompt: a message said more than that after
-    the one before it (`Message.at`) finds the cache cold, so it holds an
-    event for whatever is pending, which then costs nothing extra.
-    `prices` (a `prunestore.Prices` or a preset's name) keeps a ledger: each
-    append records what the session's prompts cost so far, and what sending
-    everything would have cost (docs/cost.md, "The ledger").
-    See docs/semantics.md, "Budget and removal events" and "Cache expiry".
-    """
-
-    dedupe_roles: AbstractSet[str] = frozenset({"retrieved_doc"})  # stored as a frozenset
-    restore: RestoreMode = "transitive"
-    budget: int | None = None
-    clear_at_least: int = 0
-    pinned_roles: AbstractSet[str] = frozenset({"system"})
-    evict: EvictOrder = "oldest"
-    cache_ttl: int | None = None
-    prices: Prices | None = None
-
-    def __post_init__(self) -> None:
-        if self.prices is not None:
-            if isinstance(self.prices, str) and self.prices in PRICES:
-                object.__setattr__(self, "prices", PRICES[self.prices])
-            elif not isinstance(self.prices, Prices):
-                raise InvalidPolicyError(
-                    f"prices={shorten(self.prices)}: must be None, a prunestore.Prices or one of {', '.join(PRICES)}"
-                )
-        object.__setattr__(self, "dedupe_roles", _roles("dedupe_roles", self.dedupe_roles))
-        object.__setattr__(self, "pinned_roles", _roles("pinned_roles", self.pinned_roles))
-        if not isinstance(self.restore, str) or self.restore not in RESTORE_MODES:
-            raise InvalidPolicyError(f"restore={shorten(self.restore)}: must be 'transitive' or 'direct'")
-        if not isinstance(self.evict, str) or self.evict not in EVICT_ORDERS:
-            raise InvalidPolicyError(f"evict={shorten(self.evict)}: must be 'oldest' or 'definers_last'")
-        if self.budget is not None and not _count(self.budget, 1):
-            raise InvalidPolicyError(f"budget={shorten(self.budget)}: must be None or an int >= 1 (tokens)")
-        if not _count(self.clear_at_least, 0):
-            raise InvalidPolicyError(f"clear_at_least={shorten(self.clear_at_least)}: must be an int >= 0 (tokens)")
-        if self.cache_ttl is not None:
-            if not _count(self.cache_ttl, 1):
-                raise InvalidPolicyError(f"cache_ttl={shorten(self.cache_ttl)}: must be None or an int >= 1 (seconds)")
-            if self.clear_at_least == 0:
-                raise InvalidPolicyError(
-                    f"cache_ttl={self.cache_ttl}: needs clear_at_least >= 1; without it removals never wait, "
-                    "so an idle gap has nothing to clear"
-                )
-
-    @property
-    def transitive(self) -> bool:
-        return self.restore == "transitive"
-
-    @property
-    def gathers(self) -> bool:
-        """Whether a budget or `clear_at_least` is set: removals then wait for events (else prompt = live)."""
-        return self.budget is not None or self.clear_at_least > 0
-
-    def to_json(self) -> str:
-        values: dict[str, Any] = {
-            "dedupe_roles": sorted(self.dedupe_roles),
-            "restore": self.restore,
-            "budget": self.budget,
-            "clear_at_least": self.clear_at_least,
-            "pinned_roles": sorted(self.pinned_roles),
-            "evict": self.evict,
-        }
-        if self.cache_ttl is not None:  # written only when set: the policies stored before it read the same
-            values["cache_ttl"] = self.cache_ttl
-        if self.prices is not None:
-            values["prices"] = asdict(self.prices)
-        return json.dumps(values, sort_keys=True)
-
-    @classmethod
-    def from_json(cls, text: str) -> Policy:
-        data = json.loads(text)
-        return cls(
-            dedupe_roles=frozenset(data["dedupe_roles"]),
-            restore=data["restore"],
-            budget=data.get("budget"),
-            clear_at_least=data.get("clear_at_least", 0),
-            pinned_roles=frozenset(data.get("pinned_roles", ["system"])),
-            evict=data.get("evict", "oldest"),
-            cache_ttl=data.get("cache_ttl"),
-            prices=Prices(**data["prices"]) if data.get("prices") else None,
-        )
-
-
-def _roles(field_name: str, roles: object) -> frozenset[str]:
-    if isinstance(roles, str) or not isinstance(roles, Iterable):
-        raise InvalidPolicyError(f"{field_name}={shorten(roles)}: must be a set of roles")
-    roles = list(roles)
-    unknown = [r for r in roles if not isinstance(r, str) or r not in ROLES]
-    if unknown:
-        raise InvalidPolicyError(f"{field_name}={shorten(unknown)}: unknown role")
-    if ERASED in roles:
-        raise InvalidPolicyError(f"{field_name}={shorten(sorted(roles))}: an erased message is never in the prompt")
-    return frozenset(roles)
-
-
-def _count(value: object, minimum: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and minimum <= value < 2**63

@@ -7,7 +7,7 @@ below is a direct transcription of docs/semantics.md, with no cleverness.
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Collection, Hashable, Iterable, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Protocol, TypeVar
@@ -23,12 +23,13 @@ from .model import (
     PENDING,
     RESTORED,
     SUPERSEDED,
+    UNNEEDED,
     VERDICTS,
     Message,
-    Policy,
     effective_defines,
     effective_refs,
 )
+from .policy import Policy
 from .text import count_tokens, normalize
 from .tokens import message_tokens
 
@@ -114,26 +115,37 @@ def prune(
             "the prompt is folded message by message, so the current turn is at least the last message's"
         )
 
+    covers = covered_positions(ms)
     base, restored = passes(
-        ms, policy, current_turn, text=lambda m: normalize(m.content), defines=effective_defines, refs=effective_refs
+        ms,
+        policy,
+        current_turn,
+        text=lambda m: normalize(m.content),
+        defines=effective_defines,
+        refs=effective_refs,
+        summary=_is_summary,
     )
-    kept = [b == KEPT for b in base]
 
+    prompt = Prompt()
+    if policy.gathers:
+        prompt = fold_prompt(ms, policy, current_turn, [message_tokens(tokenizer, m) for m in ms], covers)
+        for i in prompt.needed:
+            base[i] = KEPT
+    kept = [b == KEPT for b in base]
     verdicts: dict[str, str] = {}
     bases: dict[str, str] = {}
     for i, m in enumerate(ms):
         bases[m.id] = base[i]
         verdicts[m.id] = RESTORED if i in restored else base[i]
-    live = [m for i, m in enumerate(ms) if kept[i] or i in restored]
-    prompt = Prompt()
+    shown = [i for i in range(len(ms)) if kept[i] or i in restored]
     if policy.gathers:
-        prompt = fold_prompt(ms, policy, current_turn, [message_tokens(tokenizer, m) for m in ms])
         for i, m in enumerate(ms):
             if i in prompt.evicted:
                 verdicts[m.id] = EVICTED
             elif i in prompt.shown and not (kept[i] or i in restored):
                 verdicts[m.id] = PENDING
-        live = [m for i, m in enumerate(ms) if i in prompt.shown]
+        shown = sorted(prompt.shown)
+    live = [ms[i] for i in in_prompt_order(shown, covers)]
     counts = Counter(verdicts.values())
     return PruneResult(
         messages=ms,
@@ -149,6 +161,45 @@ def prune(
         comebacks=prompt.comebacks,
         late_joins=prompt.late_joins,
     )
+
+
+def covered_positions(ms: Sequence[Message]) -> dict[int, tuple[int, ...]]:
+    """Each summary's position and the positions of the messages it stands for (docs/semantics.md, "Summaries").
+
+    A summary names earlier messages of its session, none of them erased.
+    """
+    position: dict[str, int] = {}
+    covers: dict[int, tuple[int, ...]] = {}
+    for i, m in enumerate(ms):
+        if m.summarizes:
+            for covered in m.summarizes:
+                j = position.get(covered)
+                if j is None:
+                    raise InvalidMessageError(
+                        f"summarizes={shorten(covered)}: no earlier message of the session has this id "
+                        f"(in the summary id={shorten(m.id)})"
+                    )
+                if ms[j].role == ERASED:
+                    raise InvalidMessageError(
+                        f"summarizes={shorten(covered)}: that message was erased, so there is nothing to summarize "
+                        f"(in the summary id={shorten(m.id)})"
+                    )
+            covers[i] = tuple(sorted(position[c] for c in m.summarizes))
+        position[m.id] = i
+    return covers
+
+
+def in_prompt_order(positions: Iterable[int], covers: Mapping[int, Sequence[int]]) -> list[int]:
+    """Positions in the order the prompt shows them: each summary where its span began, before the
+    first message it stands for (or that message's own place, for a summary of summaries)."""
+    place: dict[int, int] = {}
+
+    def where(i: int) -> int:
+        if i not in place:
+            place[i] = min(where(c) for c in covers[i]) if i in covers else i
+        return place[i]
+
+    return sorted(positions, key=lambda i: (where(i), i not in covers, i))
 
 
 class Passable(Protocol):
@@ -172,17 +223,20 @@ def passes(
     text: Callable[[P], Hashable],
     defines: Callable[[P], Collection[str]],
     refs: Callable[[P], Collection[str]],
+    summary: Callable[[P], bool] = lambda m: False,
 ) -> tuple[list[str], set[int]]:
     """The three passes over one session in append order: each message's base verdict, and the positions restored.
 
     `text` gives what duplicates are compared by (the normalized content, or
     anything equal exactly when it is, such as its hash); `defines` and `refs`
     give a message's effective keys. Each is asked only where a pass needs it.
+    A `summary` is unneeded to the passes: only the budget's evictions bring it in (`fold_prompt`).
     """
     # Pass 1: superseded tool state. Only the last holder of a tool key survives.
-    # An erased message (which holds no tool key, keys or content) is never in the prompt.
+    # An erased message (which holds no tool key, keys or content) is never in the prompt, nor is a summary
+    # (which holds none either) until the budget evicts what it stands for.
     last_holder = {m.tool_key: i for i, m in enumerate(ms) if m.tool_key is not None}
-    base: list[str | None] = [ERASED if m.role == ERASED else None for m in ms]
+    base: list[str | None] = [ERASED if m.role == ERASED else UNNEEDED if summary(m) else None for m in ms]
     for i, m in enumerate(ms):
         if m.tool_key is not None and last_holder[m.tool_key] != i:
             base[i] = SUPERSEDED
@@ -220,12 +274,17 @@ def passes(
     return [b or KEPT for b in base], restored
 
 
+def _is_summary(m: Message) -> bool:
+    return bool(m.summarizes)
+
+
 @dataclass
 class Prompt:
-    """The fold's state: positions in the prompt, positions evicted, events so far."""
+    """The fold's state: positions in the prompt, positions evicted, the summaries needed, events so far."""
 
     shown: set[int] = field(default_factory=set)
     evicted: set[int] = field(default_factory=set)
+    needed: set[int] = field(default_factory=set)  # summaries standing for an evicted message
     events: int = 0
     pending_tokens: int = 0
     over_budget: bool = False
@@ -233,17 +292,25 @@ class Prompt:
     late_joins: int = 0
 
 
-def fold_prompt(ms: Sequence[Message], policy: Policy, current_turn: int, tokens: Sequence[int]) -> Prompt:
+def fold_prompt(
+    ms: Sequence[Message],
+    policy: Policy,
+    current_turn: int,
+    tokens: Sequence[int],
+    covers: Mapping[int, Sequence[int]] | None = None,
+) -> Prompt:
     """The prompt under a budget or `clear_at_least`: a fold over the messages in append order.
 
     After each message (and once more at `current_turn` when it is later than
     the last message's turn), the passes are run over the messages so far,
     and the prompt moves as docs/semantics.md says. Quadratic, and plainly so.
+    `covers` is `covered_positions(ms)`.
     """
     keys = _Keys(
         text=[normalize(m.content) for m in ms],
         defines=[effective_defines(m) for m in ms],
         refs=[effective_refs(m) for m in ms],
+        covers=covered_positions(ms) if covers is None else covers,
     )
     prompt = Prompt()
     steps = [(i + 1, m.turn) for i, m in enumerate(ms)]
@@ -267,6 +334,7 @@ class _Keys:
     text: list[str]
     defines: list[frozenset[str]]
     refs: list[frozenset[str]]
+    covers: Mapping[int, Sequence[int]]
 
 
 def _step(
@@ -287,8 +355,10 @@ def _step(
         text=lambda m: keys.text[position[id(m)]],
         defines=lambda m: keys.defines[position[id(m)]],
         refs=lambda m: keys.refs[position[id(m)]],
+        summary=_is_summary,
     )
     live = {i for i in range(len(ms)) if base[i] == KEPT or i in restored}
+    summaries = sorted(i for i in keys.covers if i < len(ms))
     definer = {key: i for i in range(len(ms)) for key in keys.defines[i]}
 
     def counts(i: int) -> bool:  # its refs support their definers (pass 3)
@@ -300,10 +370,24 @@ def _step(
     def total(positions: Iterable[int]) -> int:
         return sum(tokens[i] for i in positions)
 
+    def summon() -> set[int]:
+        """Summaries that stand for an evicted message are live, and join at once; the rest are not."""
+        joined = set()
+        for s in summaries:  # in append order: a summary of summaries reads what the earlier ones are now
+            if any(c in prompt.evicted for c in keys.covers[s]):
+                live.add(s)
+                if s not in prompt.shown and s not in prompt.evicted:
+                    prompt.shown.add(s)
+                    joined.add(s)
+            else:
+                live.discard(s)
+                prompt.evicted.discard(s)
+        prompt.needed = {s for s in summaries if s in live}
+        return joined
+
     # Dropped by the passes: no longer evicted. Live and not evicted: in the prompt at once.
-    prompt.evicted &= live
+    prompt.evicted &= live | set(summaries)
     joining = live - prompt.evicted - prompt.shown - {new}
-    prompt.late_joins += bool(joining)
     prompt.shown |= live - prompt.evicted
     # Definers that a counting message in the prompt refers to come back at once, to a fixed point.
     back = needed() & prompt.evicted
@@ -312,6 +396,8 @@ def _step(
         prompt.evicted -= back
         prompt.shown |= back
         back = needed() & prompt.evicted
+    joining |= summon() - {new}
+    prompt.late_joins += bool(joining)
 
     pending = prompt.shown - live
     over = policy.budget is not None and total(prompt.shown) > policy.budget
@@ -336,5 +422,6 @@ def _step(
                     evictable = plain or evictable
                 prompt.shown.discard(evictable[0])
                 prompt.evicted.add(evictable[0])
+                summon()  # what it stands for is out: its summary joins, and its tokens count
     prompt.pending_tokens = total(prompt.shown - live)
     prompt.over_budget = policy.budget is not None and total(prompt.shown) > policy.budget

@@ -22,13 +22,13 @@ from .model import (
     REFERRING_VERDICTS,
     SUPERSEDED,
     VERDICTS,
-    Policy,
     StoredMessage,
     check_identifier,
     supports,
     unchecked,
     was_restored,
 )
+from .policy import Policy
 from .prices import LedgerTotals
 from .results import (
     Entry,

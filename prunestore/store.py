@@ -29,11 +29,8 @@ from .errors import (
 )
 from .lifecycle import MESSAGE_AT, cut, fork_into, lock_existing, rebuild_session, recount, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
-from .model import (
-    Message,
-    Policy,
-    StoredMessage,
-)
+from .model import Message, StoredMessage
+from .policy import Policy
 from .results import Delta, Erasure
 from .sql import db
 from .sql.driver import Driver

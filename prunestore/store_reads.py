@@ -17,7 +17,8 @@ from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundErr
 from .formats import Dropped, Format, Rendered, RenderLinks, render_prompt
 from .lifecycle import seq_of
 from .livecache import LiveCache, read_live, read_view
-from .model import ROLES, VERDICTS, Policy, StoredMessage
+from .model import ROLES, VERDICTS, StoredMessage
+from .policy import Policy
 from .prices import Prices, chosen_prices
 from .results import (
     Entry,

@@ -18,7 +18,7 @@ from itertools import groupby
 from .engine.ledger import Ledger
 from .engine.maintainer import Maintainer
 from .engine.state import MsgState, NoRows
-from .model import Policy
+from .policy import Policy
 from .prices import Prices
 from .sql.driver import Driver
 from .sql.rows import STATES_IN_ORDER, msg_state

@@ -26,7 +26,7 @@ MODULES = {
 FLOORS = [
     {"prunestore.errors", "prunestore.text", "prunestore.frozen", "prunestore.clock"},
     {"prunestore.prices"},
-    {"prunestore.model"},
+    {"prunestore.model", "prunestore.policy"},
     {
         "prunestore.prune",
         "prunestore.results",
@@ -181,6 +181,7 @@ PUBLIC = {
     "prunestore.store",
     "prunestore.errors",
     "prunestore.model",
+    "prunestore.policy",
     "prunestore.results",
     "prunestore.prune",
     "prunestore.text",

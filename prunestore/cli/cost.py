@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from ..model import EVICT_ORDERS, RESTORE_MODES, Policy
+from ..policy import EVICT_ORDERS, RESTORE_MODES, Policy
 from ..prices import PRICES
 from ..whatif import WhatIf
 from .common import (

@@ -19,7 +19,7 @@ from ..errors import DuplicateMessageError, InvalidMessageError, PruneStoreError
 from ..formats import from_anthropic, from_openai
 from ..importer import ImportInterrupted, ImportSummary, import_files, open_bytes
 from ..jsonl import read_numbered_lines
-from ..model import EVICT_ORDERS, RESTORE_MODES
+from ..policy import EVICT_ORDERS, RESTORE_MODES
 from ..prices import PRICES
 from ..results import Delta
 from ..sql import settings

@@ -12,7 +12,8 @@ from collections import Counter
 from collections.abc import Sequence
 from operator import attrgetter
 
-from ..model import KEPT, PASS_1_SURVIVORS, Policy, supports
+from ..model import KEPT, PASS_1_SURVIVORS, supports
+from ..policy import Policy
 from ..prune import passes
 from .state import KeyState, MsgState
 

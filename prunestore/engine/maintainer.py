@@ -30,7 +30,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ..clock import past_ttl
-from ..model import DUPLICATE, ERASED, EVICTED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, Policy
+from ..model import DUPLICATE, ERASED, EVICTED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED
+from ..policy import Policy
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
 from .state import KeyState, MsgState, Rows

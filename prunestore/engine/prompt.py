@@ -38,7 +38,8 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..model import Policy, supports
+from ..model import supports
+from ..policy import Policy
 from .state import Index, MsgState
 
 _FIRST_PAGE, _PAGE = 8, 64  # stored prompt messages read at a time when looking for the oldest evictable one

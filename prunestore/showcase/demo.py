@@ -10,7 +10,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from ..errors import SessionExistsError
-from ..model import EvictOrder, Policy, effective_defines, effective_refs
+from ..model import effective_defines, effective_refs
+from ..policy import EvictOrder, Policy
 from ..prune import prune
 from ..sql import db
 from ..store import PruneStore

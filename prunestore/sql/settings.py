@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from sqlalchemy.engine import Engine
 
 from ..errors import InvalidPolicyError, PolicyMismatchError, TokenizerMismatchError, shorten
-from ..model import Policy
+from ..policy import Policy
 from ..text import count_tokens
 from . import db
 from .driver import Driver, Statement

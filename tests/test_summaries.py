@@ -1,0 +1,217 @@
+"""Summaries: messages that stand for earlier ones while the budget keeps those out of the prompt.
+
+docs/semantics.md, "Summaries", is what these tests read: a summary is in
+the prompt exactly while a message it stands for is evicted, it stands where
+its span began, it changes nothing else but by its tokens, and the passes
+read nothing of it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from helpers import sessions
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from prunestore import InvalidMessageError, Message, Policy, PruneStore, prune
+from prunestore.jsonl import parse_line, to_json
+
+POLICIES = [
+    pytest.param(Policy(budget=10), id="budget"),
+    pytest.param(Policy(budget=14, clear_at_least=5), id="budget-gathered"),
+    pytest.param(Policy(budget=9, clear_at_least=3, restore="direct"), id="budget-direct"),
+    pytest.param(Policy(budget=12, clear_at_least=4, pinned_roles={"system", "user"}), id="pinned-users"),
+    pytest.param(Policy(budget=11, clear_at_least=3, evict="definers_last"), id="definers-last"),
+    pytest.param(Policy(budget=13, clear_at_least=6, cache_ttl=60, evict="definers_last"), id="cache-ttl-budget"),
+    pytest.param(Policy(clear_at_least=6), id="gathered"),
+    pytest.param(Policy(), id="no-budget"),
+]
+
+
+@st.composite
+def summarized(draw, tokens: list[int | None] | None = None, quiet: bool = False):
+    """A session with summaries added at random places, each covering some earlier messages (summaries too).
+
+    `tokens`: the token counts a summary may be given (None: counted from its text). `quiet`: each summary
+    is said in the turn of the message before it, so its own step moves no turn (the next message's may).
+    """
+    out: list[Message] = []
+    for m in draw(sessions(min_size=4, max_size=24)):
+        earlier = [e.id for e in out if e.role != "erased"]
+        if earlier and draw(st.integers(1, 3)) == 1:
+            covered = draw(st.lists(st.sampled_from(earlier), min_size=1, max_size=6, unique=True))
+            summary = Message(
+                id=f"s{len(out)}",
+                role=draw(st.sampled_from(["user", "assistant", "system"])),
+                content=draw(st.sampled_from(["summary", "a longer summary of what was said REF:k1"])),
+                turn=out[-1].turn if quiet else m.turn,
+                tokens=draw(st.sampled_from(tokens or [None, 0, 1, 3])),
+                at=out[-1].at,  # said with the message before it: no idle gap of its own
+                summarizes=tuple(covered),
+            )
+            out.append(summary)
+        out.append(m)
+    return out
+
+
+def _without_summaries(ms: list[Message]) -> list[Message]:
+    return [m for m in ms if not m.summarizes]
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized())
+def test_a_summary_is_in_the_prompt_exactly_while_a_message_it_stands_for_is_evicted(policy, ms):
+    result = prune(ms, policy=policy)
+    for m in ms:
+        if not m.summarizes:
+            continue
+        needed = any(result.verdicts[c] == "evicted" for c in m.summarizes)
+        verdict = result.verdicts[m.id]
+        if needed:
+            assert verdict in ("kept", "evicted") and result.base[m.id] == "kept", (m.id, verdict)
+        else:
+            assert verdict in ("pending", "unneeded") and result.base[m.id] == "unneeded", (m.id, verdict)
+        if not policy.gathers:
+            assert verdict == "unneeded"
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized(tokens=[0], quiet=True))
+def test_summaries_of_no_tokens_change_nothing_else(policy, ms):
+    """A summary weighs only its tokens: at 0 tokens, every other message's fate is what it was without it.
+
+    A summary is a message, and its step is a step of the fold: one over the budget holds an event, which
+    may evict a message the next one brings back, so the counts of events and comebacks may differ. The
+    summaries are said in the turn before them: a step that moves the turn moves what the passes drop.
+    """
+    with_them = prune(ms, policy=policy)
+    without = prune(_without_summaries(ms), policy=policy)
+    for m in _without_summaries(ms):
+        assert with_them.verdicts[m.id] == without.verdicts[m.id], m.id
+        assert with_them.base[m.id] == without.base[m.id], m.id
+    assert (with_them.pending_tokens, with_them.over_budget) == (without.pending_tokens, without.over_budget)
+    assert [m.id for m in with_them.live if not m.summarizes] == [m.id for m in without.live]
+
+
+@pytest.mark.parametrize("policy", POLICIES[:6])
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized())
+def test_the_prompt_shows_each_summary_where_its_span_began(policy, ms):
+    result = prune(ms, policy=policy)
+    position = {m.id: i for i, m in enumerate(ms)}
+    by_id = {m.id: m for m in ms}
+
+    def place(message_id: str) -> int:
+        m = by_id[message_id]
+        return min(place(c) for c in m.summarizes) if m.summarizes else position[message_id]
+
+    order = [m.id for m in result.live]
+    assert sorted(order, key=lambda i: (place(i), not by_id[i].summarizes, position[i])) == order
+    assert set(order) == {i for i, v in result.verdicts.items() if v in ("kept", "restored", "pending")}
+
+
+def _facts(n: int) -> list[Message]:
+    ms = [Message("sys", "system", "You are terse.", turn=0)]
+    for t in range(1, n + 1):
+        ms.append(Message(f"u{t}", "user", f"question {t} about the city weather far away", turn=t))
+        ms.append(Message(f"a{t}", "assistant", f"answer {t} that is long enough to weigh", turn=t))
+    return ms
+
+
+POLICY = Policy(budget=60, clear_at_least=20)
+
+
+def test_a_summary_joins_where_its_span_began_and_leaves_when_what_it_covers_comes_back():
+    ms = _facts(6)
+    first = prune(ms, policy=POLICY)
+    evicted = [m.id for m in ms if first.verdicts[m.id] == "evicted"]
+    assert evicted, "the budget evicts the oldest turns"
+    summary = Message("s", "user", "Earlier: questions on the weather.", turn=7, summarizes=tuple(evicted))
+    ms.append(summary)
+    result = prune(ms, policy=POLICY)
+    assert result.verdicts["s"] == "kept"
+    live = [m.id for m in result.live]
+    assert live[:2] == ["sys", "s"], live  # where the span began: before every later message
+    assert prune(ms).verdicts["s"] == "unneeded"  # without a budget nothing is evicted, so nothing is summarized
+
+    # A reference brings the evicted facts back (each defines a key): the summary is no longer needed,
+    # stays until the next event, pending, and then leaves.
+    defining = [dataclasses.replace(m, defines=(f"k{i}",)) for i, m in enumerate(ms[:-1])]
+    refs = tuple(f"k{i}" for i, m in enumerate(ms[:-1]) if m.id in evicted)
+    base = defining + [summary]
+    back = base + [Message("r", "user", "tell me all of it again", turn=8, refs=refs)]
+    result = prune(back, policy=Policy(budget=1000, clear_at_least=20))
+    assert result.verdicts["s"] == "unneeded"
+    gathered = prune(base, policy=Policy(budget=60, clear_at_least=20))
+    assert gathered.verdicts["s"] == "kept"
+
+
+def test_what_a_summary_says_is_not_read_by_the_passes():
+    ms = [
+        Message("d", "user", "DEFINE:fmt CSV please", turn=1),
+        Message("p", "retrieved_doc", "the same passage", turn=1),
+        Message("s", "retrieved_doc", "the same passage REF:fmt DEFINE:other", turn=2, summarizes=("d",)),
+        Message("s2", "retrieved_doc", "the same passage", turn=2, summarizes=("p",)),
+    ]
+    result = prune(ms)
+    assert result.verdicts == {"d": "kept", "p": "kept", "s": "unneeded", "s2": "unneeded"}
+    # A later message referring to a key a summary's text names is not served by the summary.
+    later = ms + [Message("x", "user", "REF:other", turn=3)]
+    assert prune(later).verdicts["s"] == "unneeded"
+
+
+@pytest.mark.parametrize(
+    ("fields", "named"),
+    [
+        ({"summarizes": "m1"}, "summarizes='m1'"),
+        ({"summarizes": ("m1", "m1")}, "names the same message twice"),
+        ({"summarizes": ("s",)}, "cannot summarize itself"),
+        ({"summarizes": ("",)}, "summarizes=''"),
+        ({"summarizes": ("m1",), "tool_key": "search"}, "tool_key='search'"),
+        ({"summarizes": ("m1",), "defines": ("k",)}, "defines=('k',)"),
+        ({"summarizes": ("m1",), "refs": ("k",)}, "refs=('k',)"),
+        ({"summarizes": ("m1",), "expires_after_turn": 3}, "expires_after_turn=3"),
+        ({"summarizes": ("m1",), "role": "erased", "content": ""}, "summarizes="),
+    ],
+)
+def test_a_bad_summary_is_refused_naming_the_field(fields, named):
+    values = {"id": "s", "role": "user", "content": "summary", "turn": 1, **fields}
+    with pytest.raises(InvalidMessageError, match="summarizes|tool_key|defines|refs|expires") as caught:
+        Message(**values)
+    assert named in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("ms", "why"),
+    [
+        ([Message("s", "user", "sum", turn=1, summarizes=("later",)), Message("later", "user", "x", turn=1)], "no"),
+        ([Message("s", "user", "sum", turn=1, summarizes=("nowhere",))], "no earlier message"),
+        ([Message("e", "erased", "", turn=1), Message("s", "user", "sum", turn=1, summarizes=("e",))], "erased"),
+    ],
+)
+def test_prune_refuses_a_summary_of_what_is_not_earlier_in_the_session(ms, why):
+    with pytest.raises(InvalidMessageError, match=f"summarizes=.*{why}"):
+        prune(ms)
+
+
+def test_a_summary_survives_the_json_lines_format():
+    summary = Message("s", "user", "summary", turn=2, summarizes=("a", "b"))
+    line = to_json(summary)
+    assert line["summarizes"] == ["a", "b"]
+    import json
+
+    assert parse_line(json.dumps(line), 1, session_field=False) == (None, summary)
+
+
+def test_a_store_refuses_a_summary_and_stays_as_it_was(tmp_path):
+    with PruneStore(f"sqlite:///{tmp_path / 's.db'}", policy=POLICY) as store:
+        store.append("chat", _facts(2))
+        before = store.messages("chat")
+        summary = Message("s", "user", "summary", turn=3, summarizes=("u1",))
+        with pytest.raises(InvalidMessageError, match=r"summarizes=\('u1',\): a store does not keep summaries"):
+            store.append("chat", [Message("u3", "user", "next", turn=3), summary])
+        assert store.messages("chat") == before
