@@ -16,7 +16,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from prunestore import InvalidMessageError, Message, Policy, PruneStore, prune
+from prunestore.engine.maintainer import Maintainer
+from prunestore.engine.state import NoRows, new_state
 from prunestore.jsonl import parse_line, to_json
+from prunestore.text import count_tokens
+from prunestore.tokens import message_tokens
 
 POLICIES = [
     pytest.param(Policy(budget=10), id="budget"),
@@ -215,3 +219,35 @@ def test_a_store_refuses_a_summary_and_stays_as_it_was(tmp_path):
         with pytest.raises(InvalidMessageError, match=r"summarizes=\('u1',\): a store does not keep summaries"):
             store.append("chat", [Message("u3", "user", "next", turn=3), summary])
         assert store.messages("chat") == before
+
+
+@pytest.mark.parametrize("policy", POLICIES)
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized())
+def test_the_incremental_fold_keeps_summaries_as_prune_does(policy, ms):
+    """The store's engine, one message at a time in memory (as `verify` and `rebuild` replay a session),
+    against `prune` over the session so far, after every message."""
+    maintainer = Maintainer(NoRows(), policy, 0, 0)
+    for count, message in enumerate(ms, 1):
+        maintainer.append(new_state(message, message_tokens(count_tokens, message)))
+        want = prune(ms[:count], policy=policy)
+        assert {s.id: s.verdict for s in maintainer.new} == want.verdicts, count
+        assert {s.id: s.base for s in maintainer.new} == want.base, count
+        if maintainer.prompt is not None:
+            counters = maintainer.prompt.counters
+            assert (counters.events, counters.pending, counters.comebacks, counters.late_joins) == (
+                want.events,
+                want.pending_tokens,
+                want.comebacks,
+                want.late_joins,
+            ), count
+            assert counters.tokens == sum(message_tokens(count_tokens, m) for m in want.live), count
+
+
+def test_the_incremental_fold_refuses_a_summary_of_what_it_does_not_hold():
+    maintainer = Maintainer(NoRows(), POLICY, 0, 0)
+    maintainer.append(new_state(Message("e", "erased", "", turn=1), 0))
+    for covered, why in (("nowhere", "no earlier message"), ("e", "erased")):
+        summary = Message("s", "user", "sum", turn=1, summarizes=(covered,))
+        with pytest.raises(InvalidMessageError, match=f"summarizes='{covered}': .*{why}"):
+            maintainer.append(new_state(summary, 1))

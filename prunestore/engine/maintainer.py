@@ -30,7 +30,8 @@ from collections import Counter
 from collections.abc import Iterable
 
 from ..clock import past_ttl
-from ..model import DUPLICATE, ERASED, EVICTED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED
+from ..errors import InvalidMessageError, shorten
+from ..model import DUPLICATE, ERASED, EVICTED, EXPIRED, KEPT, PASS_1_SURVIVORS, SUPERSEDED, UNNEEDED
 from ..policy import Policy
 from .hashgroups import HashGroups
 from .prompt import PromptCounters, PromptKeeper
@@ -45,7 +46,13 @@ class Maintainer:
     """
 
     def __init__(
-        self, rows: Rows, policy: Policy, current_turn: int, last_seq: int, prompt: PromptCounters | None = None
+        self,
+        rows: Rows,
+        policy: Policy,
+        current_turn: int,
+        last_seq: int,
+        prompt: PromptCounters | None = None,
+        summaries: int = 0,
     ) -> None:
         self.rows = rows
         self.policy = policy
@@ -64,6 +71,9 @@ class Maintainer:
         self.moved: set[MsgState] | None = None  # see `watch`
         self._last_at: int | None = None  # the time of the message at `last_seq`, once `_last_at_known`
         self._last_at_known = False
+        self.summaries = summaries  # how many the session holds: without any, no eviction looks for them
+        self._new_seqs: dict[str, int] = {}  # ids appended in this transaction, for the summaries that name them
+        self._new_covering: dict[int, list[MsgState]] = {}  # covered seq -> summaries appended in this transaction
 
     def watch(self) -> set[MsgState]:
         """From now on, collect every message whose verdict or place in the prompt may have changed.
@@ -115,6 +125,39 @@ class Maintainer:
         if exclude is not None:
             seqs.discard(exclude.seq)
         return self.messages(sorted(seqs))
+
+    def summaries_covering(self, state: MsgState) -> list[MsgState]:
+        """The summaries that cover a message: stored ones and those appended in this transaction."""
+        if not self.summaries:
+            return []
+        stored = [self.adopt(s) for s in self.rows.summaries_covering(state.seq)] if state.message is None else []
+        return stored + self._new_covering.get(state.seq, [])
+
+    def _cover(self, state: MsgState) -> None:
+        """Resolve a new summary's `Message.summarizes` to seqs, and count those evicted (docs/semantics.md,
+        "Summaries"): its base is kept while any is, else unneeded."""
+        assert state.message is not None, "a summary is appended with its Message"
+        ids = state.message.summarizes
+        unknown = [i for i in ids if i not in self._new_seqs]
+        found = {**self.rows.seqs_of(unknown), **self._new_seqs} if unknown else self._new_seqs
+        missing = next((i for i in ids if i not in found), None)
+        if missing is not None:
+            raise InvalidMessageError(
+                f"summarizes={shorten(missing)}: no earlier message of the session has this id "
+                f"(in the summary id={shorten(state.id)})"
+            )
+        covered = self.messages(sorted(found[i] for i in ids))
+        erased = next((c for c in covered if c.role == ERASED), None)
+        if erased is not None:
+            raise InvalidMessageError(
+                f"summarizes={shorten(erased.id)}: that message was erased, so there is nothing to summarize "
+                f"(in the summary id={shorten(state.id)})"
+            )
+        for c in covered:
+            self._new_covering.setdefault(c.seq, []).append(state)
+        self.summaries += 1
+        state.gaps = sum(c.evicted for c in covered)
+        state.base = KEPT if state.gaps else UNNEEDED
 
     def _defined_keys(self, state: MsgState) -> list[KeyState]:
         """The keys whose last definer is this message."""
@@ -295,7 +338,10 @@ class Maintainer:
             if previous is not None:
                 self._set_base(previous, SUPERSEDED)
 
-        if state.role in self.policy.dedupe_roles:
+        self._new_seqs[state.id] = state.seq
+        if state.gaps is not None:  # a summary: it holds no tool key, TTL or keys, and is no copy
+            self._cover(state)
+        elif state.role in self.policy.dedupe_roles:
             if self.hashes.join(state):
                 state.base = DUPLICATE
         elif state.role == ERASED:  # it holds no tool key, TTL or keys: nothing else to do

@@ -13,6 +13,9 @@ a time, by the rules of docs/semantics.md ("Budget and removal events"):
   budget, evicts the oldest evictable messages until the prompt is
   `clear_at_least` tokens under it (with ``evict="definers_last"``, the
   current definers of keys only once nothing else is left to evict);
+* a summary is in while a message it covers is evicted: each keeps the count
+  of those (``gaps``), so an eviction or a comeback moves the summaries that
+  cover it, and one that joins in an eviction walk is walked too;
 * a message said longer than `cache_ttl` after the one before it finds the
   provider's cache cold, so an event then costs nothing: it happens if
   anything is pending or the prompt is above ``budget - clear_at_least``,
@@ -38,7 +41,7 @@ import heapq
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from ..model import supports
+from ..model import KEPT, UNNEEDED, supports
 from ..policy import Policy
 from .state import Index, MsgState
 
@@ -94,6 +97,8 @@ class PromptKeeper:
         # Live messages in the prompt changed (or passed by a walk) in this transaction, not yet stored as such.
         self._shown: dict[int, MsgState] = {}
         self._freed: list[int] = []  # definers that just lost a counting referrer in the prompt
+        self._joined: list[int] = []  # summaries that joined the prompt in an eviction walk (`_count_gap`)
+        self._touching: dict[int, _Flags] = {}  # during `step`: the messages it has yet to bring in line
         self.moved: set[MsgState] | None = None  # `Maintainer.watch`
 
     # -- bookkeeping -------------------------------------------------------
@@ -132,6 +137,28 @@ class PromptKeeper:
                 members[state.seq] = state
             else:
                 members.pop(state.seq, None)
+        if evicted != was_evicted:
+            for summary in self.index.summaries_covering(state):
+                self._count_gap(summary, +1 if evicted else -1)
+
+    def _count_gap(self, summary: MsgState, delta: int) -> None:
+        """A message the summary covers was evicted (+1) or is no longer (-1): with its first gap the summary
+        is needed and joins at once, with its last it is unneeded (docs/semantics.md, "Summaries")."""
+        assert summary.gaps is not None
+        before = self._touching.get(summary.seq) or self._flags(summary)
+        summary.gaps += delta
+        if summary.gaps == 1 and delta > 0:
+            summary.base = KEPT
+            if not summary.visible and not summary.evicted:
+                summary.visible = True
+                self._joined.append(summary.seq)  # the eviction walk under way looks at it (`_evict`)
+        elif summary.gaps == 0:
+            summary.base = UNNEEDED
+            summary.evicted = False  # in the prompt, it now waits for the next event; out of it, it stays out
+        if summary.seq in self._touching:
+            self._touching[summary.seq] = before  # `step` accounts for it, from what it was, in its turn
+        else:
+            self._account(summary, before)
 
     def _set(self, state: MsgState, *, visible: bool, evicted: bool) -> None:
         before = self._flags(state)
@@ -147,9 +174,11 @@ class PromptKeeper:
         budget's target, are worth an event.
         """
         touched, self._before = sorted(self._before.values(), key=lambda t: t[0].seq), {}
+        self._touching = {state.seq: before for state, before in touched}
         newly_counting = []
         joined = False
-        for state, before in touched:
+        for state, _ in touched:
+            before = self._touching.pop(state.seq)
             if not state.survives:
                 state.evicted = False  # dropped by the passes: its verdict says why, not the budget
             elif not state.visible and not state.evicted:
@@ -177,7 +206,7 @@ class PromptKeeper:
                 definers_last = policy.evict == "definers_last"
                 self._evict(target, definers=not definers_last)
                 if definers_last and counters.tokens > target:
-                    self._evict(target, definers=True)
+                    self._evict(target, definers=True, plain_first=True)
 
     def _bring_back(self, stack: list[MsgState]) -> bool:
         """Evicted definers of what now counts in the prompt come back, and what they need, at once: whether any did."""
@@ -232,25 +261,33 @@ class PromptKeeper:
         """Whether it is the current definer of a key."""
         return any(ks.definer == state.seq for ks in self.index.keys(state.defines))
 
-    def _evict(self, target: int, *, definers: bool) -> None:
+    def _evict(self, target: int, *, definers: bool, plain_first: bool = False) -> None:
         """Evict the oldest evictable messages until the prompt holds at most `target` tokens.
 
         Without `definers`, the current definers of keys are passed like
         pinned ones (the first walk of ``evict="definers_last"``; a second
         walk from the start takes them). Evicting a referrer can free an
         older definer, which is then looked at again before anything newer
-        (`_freed`). The cursor moves to where the walk stopped; what it
-        passed and left in the prompt is written held.
+        (`_freed`). A summary that an eviction brings in is looked at in its
+        turn too, or, in the second walk of ``"definers_last"`` (`plain_first`),
+        before any definer: it defines nothing. The cursor moves to where the
+        walk stopped; what it passed and left in the prompt is written held.
         """
         pinned, turn, messages = self.policy.pinned_roles, self.index.current_turn, self.index.messages
         counters, passed_from = self.counters, self.counters.cursor
         self._freed.clear()
+        self._joined.clear()
         stream = self._in_prompt_in_order()
         upcoming = next(stream, None)
         again: list[int] = []
+        plain: list[int] = []  # summaries that joined, in the second walk of "definers_last"
         stop = None
         while counters.tokens > target:
-            if again and (upcoming is None or again[0] < upcoming.seq):
+            if plain:
+                (state,) = messages([heapq.heappop(plain)])
+                if state.turn >= turn or state.role in pinned or not (state.visible and state.survives):
+                    continue  # it stays; the walk goes on among the definers
+            elif again and (upcoming is None or again[0] < upcoming.seq):
                 (state,) = messages([heapq.heappop(again)])
             elif upcoming is not None:
                 state, upcoming = upcoming, next(stream, None)
@@ -269,7 +306,10 @@ class PromptKeeper:
             self._set(state, visible=False, evicted=True)
             for seq in self._freed:
                 heapq.heappush(again, seq)
+            for seq in self._joined:
+                heapq.heappush(plain if plain_first else again, seq)
             self._freed.clear()
+            self._joined.clear()
         if stop is None:
             stop = upcoming.seq if upcoming is not None else self.index.last_seq + 1
         counters.cursor = max(counters.cursor, stop)

@@ -52,6 +52,9 @@ class MsgState:
     metadata_json: str | None = None  # the metadata as stored, encoded once
     original: tuple[str, str] | None = None  # (base, verdict) as loaded, for the undo journal
     at: int | None = None  # when it was said, in microseconds since 1970 (`model.micros`), or None
+    # A summary's count of the messages it covers (`Message.summarizes`) that are evicted: while above 0 its
+    # base is kept, else unneeded (docs/semantics.md, "Summaries"). None for a message that is no summary.
+    gaps: int | None = None
 
     @property
     def survives(self) -> bool:
@@ -91,6 +94,7 @@ def new_state(message: Message, tokens: int) -> MsgState:
         tokens=tokens,
         metadata_json=encode_metadata(message.metadata),
         at=None if message.at is None else micros(message.at),
+        gaps=0 if message.summarizes else None,
     )
 
 
@@ -148,6 +152,14 @@ class Rows(Protocol):
         """How many stored messages with lo <= seq < hi are in the prompt, and their tokens (as stored)."""
         ...
 
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
+        """The seqs of the stored messages with these ids (those that exist)."""
+        ...
+
+    def summaries_covering(self, seq: int) -> list[MsgState]:
+        """The stored summaries that cover the stored message at `seq`."""
+        ...
+
 
 class NoRows:
     """`Rows` of a session with nothing stored: a maintainer over it is an in-memory replay."""
@@ -179,6 +191,12 @@ class NoRows:
     def in_prompt_between(self, lo: int, hi: int) -> tuple[int, int]:
         return 0, 0
 
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
+        return {}
+
+    def summaries_covering(self, seq: int) -> list[MsgState]:
+        return []
+
 
 class Index(Protocol):
     """The maintainer's identity map over `Rows`, as the prompt keeper reads through it.
@@ -198,6 +216,8 @@ class Index(Protocol):
     def keys(self, keys: Iterable[str]) -> list[KeyState]: ...
 
     def definers(self, keys: Iterable[str], exclude: MsgState | None = None) -> list[MsgState]: ...
+
+    def summaries_covering(self, state: MsgState) -> list[MsgState]: ...
 
 
 class Totals(NamedTuple):

@@ -33,6 +33,7 @@ from .rows import (
     LAST_TIME,
     LAST_TOOL_HOLDER,
     LIVE_AFTER,
+    MESSAGES_BY_ID,
     MESSAGES_BY_SEQ,
     MESSAGES_PROBING_SEQS_PG,
     PENDING_ROWS,
@@ -46,6 +47,7 @@ from .rows import (
     key_with_definer,
     msg_state,
     seq_and_time,
+    stored_message,
 )
 from .session_row import SessionRow
 from .sessions import update_session
@@ -101,6 +103,14 @@ class LockedRows:
 
     def in_prompt_between(self, lo: int, hi: int) -> tuple[int, int]:
         return counted(self.driver.first(IN_PROMPT_BETWEEN, {"sid": self.sid, "lo": lo, "hi": hi}))
+
+    def seqs_of(self, ids: Iterable[str]) -> dict[str, int]:
+        rows = self.driver.chunks(MESSAGES_BY_ID, {"sid": self.sid}, "ids", list(ids))
+        return {m.id: m.seq for m in map(stored_message, rows)}
+
+    def summaries_covering(self, seq: int) -> list[MsgState]:
+        """None: a store keeps no summaries (`appending.Options.check` refuses them)."""
+        return []
 
     def message_row(
         self,
