@@ -20,6 +20,7 @@ from .model import (
     EVICTED,
     EXPIRED,
     KEPT,
+    LIVE_VERDICTS,
     PENDING,
     RESTORED,
     SUPERSEDED,
@@ -46,6 +47,8 @@ class PruneResult:
     message's base says why it would have been dropped). Token totals are
     counted when first asked for: counting costs more than pruning.
 
+    `live` is in the prompt's order: append order, but for each summary, which
+    stands where its span began (docs/semantics.md, "Summaries").
     Under a budget or `clear_at_least`, `live` is the prompt: `events` counts
     the removal events, `pending_tokens` what waits for the next one, and
     `over_budget` says that what may not be evicted exceeds the budget.
@@ -89,6 +92,26 @@ class PruneResult:
     def reduction(self) -> float:
         """Fraction of tokens pruned away (0.0 for an empty input)."""
         return 1 - self.tokens_after / self.tokens_before if self.tokens_before else 0.0
+
+    def unsummarized(self) -> list[list[Message]]:
+        """The evicted messages that no summary stands for, in spans: what to summarize next.
+
+        A span is a run of them in append order that no message in the prompt
+        interrupts, so one summary of it stands in the gap it left. An evicted
+        summary is in a span too: a summary of it is a summary of summaries
+        (docs/semantics.md, "Summaries").
+        """
+        covered = {c for m in self.messages for c in m.summarizes}
+        spans: list[list[Message]] = []
+        run: list[Message] = []
+        for m in self.messages:
+            verdict = self.verdicts[m.id]
+            if verdict == EVICTED and m.id not in covered:
+                run.append(m)
+            elif verdict in LIVE_VERDICTS and run:
+                spans.append(run)
+                run = []
+        return spans + [run] if run else spans
 
 
 def prune(

@@ -251,3 +251,50 @@ def test_the_incremental_fold_refuses_a_summary_of_what_it_does_not_hold():
         summary = Message("s", "user", "sum", turn=1, summarizes=(covered,))
         with pytest.raises(InvalidMessageError, match=f"summarizes='{covered}': .*{why}"):
             maintainer.append(new_state(summary, 1))
+
+
+@pytest.mark.parametrize("policy", POLICIES[:6])
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized())
+def test_unsummarized_gives_every_evicted_message_no_summary_stands_for_once_in_gaps_of_the_prompt(policy, ms):
+    result = prune(ms, policy=policy)
+    covered = {c for m in ms for c in m.summarizes}
+    spans = result.unsummarized()
+    flat = [m.id for span in spans for m in span]
+    assert flat == [m.id for m in ms if result.verdicts[m.id] == "evicted" and m.id not in covered]
+    position = {m.id: i for i, m in enumerate(ms)}
+    shown = [position[m.id] for m in result.live]
+    for span in spans:  # nothing in the prompt within a span
+        first, last = position[span[0].id], position[span[-1].id]
+        assert not [i for i in shown if first < i < last]
+    for before, after in zip(spans, spans[1:], strict=False):  # something in the prompt between two spans
+        assert [i for i in shown if position[before[-1].id] < i < position[after[0].id]]
+
+
+@pytest.mark.parametrize("policy", POLICIES[:6])
+@settings(max_examples=60, deadline=None)
+@given(ms=summarized(tokens=[0], quiet=True))
+def test_a_summary_of_each_unsummarized_span_stands_in_its_gap(policy, ms):
+    """The loop a caller of `prune` runs: summarize what is unsummarized, append it, and nothing is left."""
+    spans = prune(ms, policy=policy).unsummarized()
+    summaries = [
+        Message(f"sum{i}", "user", "", turn=ms[-1].turn, tokens=0, at=ms[-1].at, summarizes=tuple(m.id for m in span))
+        for i, span in enumerate(spans)
+    ]
+    result = prune(ms + summaries, policy=policy)
+    assert result.unsummarized() == []
+    order = [m.id for m in result.live]
+    position = {m.id: i for i, m in enumerate(ms)}
+    by_id = {m.id: m for m in ms}
+
+    def place(message_id: str) -> int:  # where a message stands: a summary where its span began
+        m = by_id[message_id]
+        return min(place(c) for c in m.summarizes) if m.summarizes else position[message_id]
+
+    for summary, span in zip(summaries, spans, strict=True):
+        assert result.verdicts[summary.id] == "kept"
+        start = min(place(m.id) for m in span)
+        here = order.index(summary.id)
+        for i, m in enumerate(result.live):  # before it, what was said before its span; after it, what was after
+            if not m.summarizes:
+                assert (i < here) == (position[m.id] < start), (summary.id, m.id)
