@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 import threading
 from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -29,7 +30,7 @@ from typing import Any
 from .appending import DEFAULT_MAX_CONTENT_BYTES, DEFAULT_MAX_METADATA_BYTES, Options
 from .formats import Dropped, Format, Rendered
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
-from .model import Message, StoredMessage
+from .model import Message, Role, StoredMessage
 from .policy import Policy
 from .prices import Prices
 from .results import (
@@ -42,6 +43,7 @@ from .results import (
     PromptSource,
     SessionSummary,
     Stats,
+    Summarized,
     VerifyReport,
     Window,
 )
@@ -49,6 +51,7 @@ from .sql import db
 from .sql.sessions import SessionState
 from .sql.settings import chosen_tokenizer
 from .store import PruneStore
+from .summarizing import Summarizer, Summarizing
 from .views import Form, Prompt
 from .whatif import WhatIf
 
@@ -253,6 +256,30 @@ class AsyncPruneStore:
         limit: int = 10,
     ) -> list[StoredMessage]:
         return await self._call(PruneStore.recall, session, key=key, text=text, first=first, last=last, limit=limit)
+
+    async def unsummarized(self, session: str) -> list[list[StoredMessage]]:
+        return await self._call(PruneStore.unsummarized, session)
+
+    async def summarize(self, session: str, summarizer: Summarizer, *, role: Role = "user") -> Summarized:
+        """`PruneStore.summarize`, whose summarizer may be async: what it returns is awaited when it can be."""
+        job = Summarizing(session, role, summarizer)
+        for span in await self.unsummarized(session):
+            text = job.text(span)
+            if inspect.isawaitable(text):
+                try:
+                    text = await text
+                except Exception as exc:  # the caller's function: its failure leaves the span as it is
+                    job.fail(span, exc)
+                    continue
+            summary = job.summary(span, text)
+            if summary is not None:
+                try:
+                    await self.append_with(session, summary)
+                except Summarizing.REFUSED as exc:
+                    job.appended(span, summary, exc)
+                else:
+                    job.appended(span, summary, None)
+        return job.result()
 
     async def render(self, session: str, format: Format = "openai", *, dropped: Dropped = "omit") -> Rendered:
         return await self._call(PruneStore.render, session, format, dropped=dropped)

@@ -136,11 +136,6 @@ class Options:
         """Refuse a message larger than the store's limits (set when it is opened), or with marker keys
         past the limits every key has."""
         content = state.message.content if state.message is not None else ""
-        if state.message is not None and state.message.summarizes:
-            raise InvalidMessageError(
-                f"summarizes={shorten(state.message.summarizes)}: a store does not keep summaries; "
-                'prunestore.prune folds them (docs/semantics.md, "Summaries")'
-            )
         for field, keys in (("DEFINE: markers", state.defines), ("REF: markers", state.refs)):
             check_key_count(f"content ({field})", keys)
             long = next((key for key in keys if len(key) > MAX_IDENTIFIER_BYTES), None)
@@ -241,26 +236,32 @@ def append_locked(
     maintainer: Maintainer | FirstAppend
     spent = None
     prompt_before = row.prompt.copy() if policy.gathers else None
-    if row.last_seq == 0 and not policy.gathers and policy.prices is None:
+    batch_of_first = row.last_seq == 0 and not policy.gathers and policy.prices is None
+    if batch_of_first and not any(s.gaps is not None for s in fresh):  # the batch resolves no summary's ids
         maintainer = FirstAppend(fresh, policy, row.current_turn)
     else:
         source = rows if row.last_seq else NoRows()
-        maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, row.prompt.copy())
-        if policy.prices is None:
-            row.ledger = None
-            for state in fresh:
-                maintainer.append(state)
-        else:
-            pricing = Pricing(maintainer, stored_ledger(driver, row, policy))
-            for state in fresh:
-                pricing.append(state)
-            pricing.step()
-            row.ledger = pricing.ledger.to_json()
-            spent = pricing.ledger.spent(policy.prices)
+        maintainer = Maintainer(source, policy, row.current_turn, row.last_seq, row.prompt.copy(), row.summaries)
+        try:
+            if policy.prices is None:
+                row.ledger = None
+                for state in fresh:
+                    maintainer.append(state)
+            else:
+                pricing = Pricing(maintainer, stored_ledger(driver, row, policy))
+                for state in fresh:
+                    pricing.append(state)
+                pricing.step()
+                row.ledger = pricing.ledger.to_json()
+                spent = pricing.ledger.spent(policy.prices)
+        except InvalidMessageError as exc:  # a summary of what the session does not hold: name the session
+            exc.session = name
+            raise
     prompt = maintainer.prompt.counters if isinstance(maintainer, Maintainer) and maintainer.prompt else None
     changed, keys = maintainer.changed_messages(), maintainer.changed_keys()
     holders_added, holders_removed = maintainer.hash_holder_changes()
     stamp = new_stamp()
+    row.summaries = maintainer.summaries
     rows.write_back(
         maintainer.new,
         changed,

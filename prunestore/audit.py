@@ -40,7 +40,7 @@ class ExpectedState:
 def expected_state(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedState:
     """Run `prune` over a session's stored messages and derive the rows an up-to-date store holds."""
     current_turn = messages[-1].turn if messages else 0
-    if policy.gathers:
+    if policy.gathers or any(m.summarizes for m in messages):  # a summary's gaps and place come from the fold
         return _replayed(messages, policy)
     result = prune(messages, policy=policy, current_turn=current_turn)
     states = []
@@ -60,23 +60,24 @@ def _replayed(messages: Sequence[StoredMessage], policy: Policy) -> ExpectedStat
     maintainer = Maintainer(NoRows(), policy, 0, 0)
     for message in messages:
         maintainer.append(new_state(message, message.tokens))
-    assert maintainer.prompt is not None
     keys = {
         key: ks for key, ks in maintainer.key_states.items() if ks.definer is not None or ks.support or ks.kept_refs
     }
     added, _ = maintainer.hash_holder_changes()
-    return ExpectedState(maintainer.current_turn, maintainer.new, keys, set(added), maintainer.prompt.counters)
+    prompt = maintainer.prompt.counters if maintainer.prompt is not None else None
+    return ExpectedState(maintainer.current_turn, maintainer.new, keys, set(added), prompt)
 
 
 def compare(
     session: str,
     session_row: tuple[int | None, ...],
     stored: Sequence[StoredMessage],
-    derived: Sequence[tuple[bytes, str, str, int]],
+    derived: Sequence[tuple[bytes, str, str, int, int | None]],
     key_rows: Iterable[tuple[str, int | None, int, int]],
     holder_rows: Iterable[tuple[bytes, int]],
     ref_rows: Iterable[tuple[str, int]],
     call_rows: Iterable[tuple[str, int]],
+    cover_rows: Iterable[tuple[int, int]],
     policy: Policy,
     count: Callable[[StoredMessage], int] | None = None,
 ) -> list[Mismatch]:
@@ -86,11 +87,12 @@ def compare(
 
     `session_row` is the stored (current turn, last seq, prompt tokens,
     pending tokens, events, prompt cursor, tokens, live tokens, comebacks,
-    late joins); the last two are None where the session predates them
+    late joins, summaries); comebacks and late joins are None where the session predates them
     and are then not compared. `derived` holds each message's
-    stored content hash, effective keys (space-separated defines and refs)
-    and held flag; `key_rows` `holder_rows` `ref_rows` and `call_rows` are the session's
-    rows of the key, hash-holder, referrer and call indexes. The cursor is where the last eviction
+    stored content hash, effective keys (space-separated defines and refs),
+    held flag and a summary's gaps; `key_rows` `holder_rows` `ref_rows` `call_rows` and `cover_rows`
+    (covered seq, summary seq) are the session's rows of the key, hash-holder, referrer, call and cover
+    indexes. The cursor is where the last eviction
     walk stopped, not a result: only that the prompt's messages below it are
     held is checked (see `engine.prompt.PromptKeeper`).
     """
@@ -117,9 +119,10 @@ def compare(
         tuple(session_row[6:8]),
         tuple(Totals.of((s.tokens, s.verdict) for s in expected.states)),
     )
+    differ("session", "summaries", session_row[10], sum(s.gaps is not None for s in expected.states))
     cursor = session_row[5]
     assert cursor is not None
-    for message, (content_hash, defines, refs, held), state in zip(stored, derived, expected.states, strict=True):
+    for message, (content_hash, defines, refs, held, gaps), state in zip(stored, derived, expected.states, strict=True):
         differ("verdict", message.id, message.verdict, state.verdict)
         if count is not None:
             differ("tokens", message.id, message.tokens, count(message))
@@ -128,6 +131,7 @@ def compare(
         differ("base", message.id, message.base, state.base)
         differ("content_hash", message.id, content_hash, state.content_hash)
         differ("effective_keys", message.id, (defines, refs), (" ".join(state.defines), " ".join(state.refs)))
+        differ("summary", message.id, (gaps, message.place), (state.gaps, state.place))
     have_keys = {key: tuple(values) for key, *values in key_rows}
     want_keys = {k: (ks.definer, ks.support, ks.kept_refs, ks.evicted_refs) for k, ks in expected.keys.items()}
     empty = (None, 0, 0, 0)
@@ -144,4 +148,8 @@ def compare(
     want_calls = {(call, m.seq) for m in stored for call in call_ids(m.metadata)}
     for call, seq in sorted(have_calls ^ want_calls):
         differ("call", f"{call}@{seq}", (call, seq) in have_calls, (call, seq) in want_calls)
+    have_covers = {(seq, summary) for seq, summary in cover_rows}
+    want_covers = {(seq, s.seq) for s in expected.states for seq in s.covered}
+    for seq, summary in sorted(have_covers ^ want_covers):
+        differ("cover", f"{seq}<{summary}", (seq, summary) in have_covers, (seq, summary) in want_covers)
     return out

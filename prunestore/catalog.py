@@ -17,7 +17,8 @@ from .errors import InvalidArgumentError, shorten
 from .model import MAX_SESSION_NAME, storable_text_problem
 from .results import SessionSummary
 from .sql.driver import Driver, Statement
-from .sql.rows import SUMMARY_COLUMNS, session_summary
+from .sql.rows import session_summary
+from .sql.session_row import SUMMARY_COLUMNS
 from .sql.sessions import delete_rows
 
 _NO_LIMIT = 2**62

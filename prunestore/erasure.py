@@ -29,12 +29,17 @@ from .sql.session_row import SessionRow
 _FIND = Statement("SELECT seq, id, role FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 _ERASE = Statement(
     "UPDATE prunestore_messages SET role = 'erased', content = '', content_escaped = 0, tool_key = NULL, "
-    "expires_after_turn = NULL, defines = '', refs = '', metadata = NULL, tokens = 0, tokens_given = 1 "
+    "expires_after_turn = NULL, defines = '', refs = '', metadata = NULL, tokens = 0, tokens_given = 1, "
+    "summarizes = NULL, gaps = NULL, place = NULL "
     "WHERE session_id = :sid AND seq = :seq"
 )
 _RECORD = Statement(
     "INSERT INTO prunestore_erasures (session_id, number, at, receipt) SELECT :sid, coalesce(max(number), 0) + 1, "
     ":at, :receipt FROM prunestore_erasures WHERE session_id = :sid"
+)
+_COVERING = Statement(
+    "SELECT DISTINCT c.summary_seq, m.id, m.role FROM prunestore_covers c JOIN prunestore_messages m "
+    "ON m.session_id = c.session_id AND m.seq = c.summary_seq WHERE c.session_id = :sid AND c.seq IN :seqs"
 )
 _RECEIPTS = Statement("SELECT at, receipt FROM prunestore_erasures WHERE session_id = :sid ORDER BY number")
 
@@ -49,6 +54,8 @@ def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], pol
     erasing = {seq for seq, role in found.values() if role != ERASED}
     if not erasing:
         return Erasure(name)
+    invalidated = _summaries_of(driver, sid, erasing) if row.summaries else {}
+    erasing |= invalidated.keys()
     before = driver.all(VERDICTS_FROM, {"sid": sid, "since": 1})
     driver.run_many(_ERASE, [{"sid": sid, "seq": seq} for seq in sorted(erasing)])
     rebuild_session(driver, row, policy)
@@ -61,11 +68,24 @@ def erase_locked(driver: Driver, name: str, row: SessionRow, ids: list[str], pol
         for (seq, id_, was), (_, _, now) in zip(before, after, strict=True)
         if was != now and seq not in erasing
     }
-    erased = tuple(id_ for seq, id_, _ in before if seq in erasing)
+    erased = tuple(id_ for seq, id_, _ in before if seq in erasing and seq not in invalidated)
     at = datetime.now(timezone.utc)
-    receipt = Erasure(name, erased, changed, delta.live_added, delta.live_removed, at)
+    stale = tuple(invalidated[seq] for seq in sorted(invalidated))
+    receipt = Erasure(name, erased, changed, delta.live_added, delta.live_removed, at, stale)
     driver.run(_RECORD, {"sid": sid, "at": micros(at), "receipt": _receipt_json(receipt)})
     return receipt
+
+
+def _summaries_of(driver: Driver, sid: int, seqs: set[int]) -> dict[int, str]:
+    """The summaries (seq: id) that cover any of `seqs`, and those that cover them in turn: their text was
+    made from what is erased, so it goes too."""
+    found: dict[int, str] = {}
+    wanted = sorted(seqs)
+    while wanted:
+        rows = driver.chunks(_COVERING, {"sid": sid}, "seqs", wanted)
+        wanted = sorted({seq for seq, _, role in rows if seq not in found and seq not in seqs and role != ERASED})
+        found.update((seq, id_) for seq, id_, _ in rows if seq in wanted)
+    return found
 
 
 def receipts(driver: Driver, name: str, sid: int) -> list[Erasure]:
@@ -74,7 +94,7 @@ def receipts(driver: Driver, name: str, sid: int) -> list[Erasure]:
 
 
 # What a receipt keeps: ids and verdicts, never content (its session and time are columns of their own).
-_KEPT = ("erased", "changed", "live_added", "live_removed")
+_KEPT = ("erased", "changed", "live_added", "live_removed", "invalidated")
 
 
 def _receipt_json(receipt: Erasure) -> str:

@@ -35,10 +35,6 @@ class PruneStoreError(Exception):
     """Base class of every error prunestore raises on purpose."""
 
 
-class InvalidMessageError(PruneStoreError, ValueError):
-    """A message field (or a session name) has a bad type or value."""
-
-
 class InvalidPolicyError(PruneStoreError, ValueError):
     """A `Policy` field has a bad type or value."""
 
@@ -54,6 +50,11 @@ class _MessageError(PruneStoreError):
         super().__init__(text)
         self.session = session
         self.message_id = message_id
+
+
+class InvalidMessageError(_MessageError, ValueError):
+    """A message field (or a session name) has a bad type or value; where the session's other messages make
+    it so (a summary of ids it does not hold), `session` and `message_id` name it."""
 
 
 class DuplicateMessageError(_MessageError):

@@ -105,6 +105,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
         tokens=tokens,
         metadata_json=metadata_json,
         at=None if message.at is None else micros(message.at),
+        gaps=0 if message.summarizes else None,
     )
     return session, state
 
@@ -290,7 +291,7 @@ def _append(store: PruneStore, prepared: Future, source: str, done: _Progress) -
         by_session.setdefault(session, []).append(state)
     try:
         deltas = store._append_states(by_session.items())
-    except (DuplicateMessageError, TurnOrderError) as exc:
+    except (DuplicateMessageError, TurnOrderError, InvalidMessageError) as exc:
         lines = [
             line for session, fields, *_, line in records if (session, fields["id"]) == (exc.session, exc.message_id)
         ]

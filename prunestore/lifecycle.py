@@ -21,8 +21,18 @@ from .results import Delta
 from .sql import recall_index
 from .sql.calls import write_calls
 from .sql.driver import Driver, Statement
-from .sql.locked_rows import LockedRows, write_refs
-from .sql.rows import ALL_MESSAGES, AUDIT, DELETE_HOLDER, FULL_COLUMNS, audited, hashed, stored_message, verdict_row
+from .sql.locked_rows import LockedRows, write_covers, write_refs
+from .sql.rows import (
+    ALL_MESSAGES,
+    AUDIT,
+    DELETE_HOLDER,
+    FULL_COLUMNS,
+    RECOUNT_GAPS,
+    audited,
+    hashed,
+    stored_message,
+    verdict_row,
+)
 from .sql.schema import MESSAGES
 from .sql.session_row import SessionRow
 from .sql.sessions import DELETE_DERIVED, create_session, find_session, lock_session, update_session
@@ -52,9 +62,15 @@ _TAIL = Statement(
 )
 _DELETE_FROM = Statement("DELETE FROM prunestore_messages WHERE session_id = :sid AND seq >= :since")
 _DELETE_INDEXES_FROM = [
-    Statement(f"DELETE FROM {table} WHERE session_id = :sid AND seq >= :since")
-    for table in ("prunestore_refs", "prunestore_calls")
+    Statement(f"DELETE FROM {table} WHERE session_id = :sid AND {seq} >= :since")
+    for table, seq in (("prunestore_refs", "seq"), ("prunestore_calls", "seq"), ("prunestore_covers", "summary_seq"))
 ]
+_COUNT_SUMMARIES = Statement(
+    "SELECT count(*) FROM prunestore_messages WHERE session_id = :sid AND summarizes IS NOT NULL"
+)
+_SET_SUMMARY = Statement(
+    "UPDATE prunestore_messages SET gaps = :gaps, place = :place WHERE session_id = :sid AND seq = :seq"
+)
 MESSAGE_AT = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 _COPIED_COLUMNS = ", ".join(c.name for c in MESSAGES.columns if c.name not in ("session_id", "undo"))
 _COPY_PREFIX = Statement(
@@ -88,6 +104,14 @@ def rebuild_session(driver: Driver, row: SessionRow, policy: Policy, *, reindex:
     ]
     driver.run_many(_UPDATE_KEYS_AND_HASH, keys_and_hash)
     write_refs(driver, row.session_id, expected.states)
+    write_covers(driver, row.session_id, expected.states)
+    summaries = [
+        {"sid": row.session_id, "seq": s.seq, "gaps": s.gaps, "place": s.place}
+        for s, r in zip(expected.states, rows, strict=True)
+        if (s.gaps, s.place) != (r.gaps, r.message.place)
+    ]
+    driver.run_many(_SET_SUMMARY, summaries)
+    row.summaries = sum(s.gaps is not None for s in expected.states)
     write_calls(driver, row.session_id, [(m.seq, m.metadata) for m in stored])
     if reindex and recall_index.kept_by_triggers(driver):
         recall_index.reindex(driver, row.session_id, stored)
@@ -169,6 +193,9 @@ def cut(
     for statement in _DELETE_INDEXES_FROM:
         driver.run(statement, {"sid": sid, "since": undo.since})
     driver.run(_DELETE_FROM, {"sid": sid, "since": undo.since})
+    if row.summaries:  # the verdicts put back move the gaps of the summaries that stay
+        driver.run(RECOUNT_GAPS, {"sid": sid})
+        row.summaries = driver.scalar(_COUNT_SUMMARIES, {"sid": sid})
     row.ledger = None  # the next write under prices replays it
     update_session(driver, row, undo.turn, undo.since - 1, undo.prompt, _totals_undone(row.totals, before, undo))
     kept = [m for m, _ in tail if m.seq <= cut]

@@ -27,6 +27,7 @@ from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
+from operator import attrgetter
 from typing import Any
 
 from .errors import PruneStoreError, shorten
@@ -55,6 +56,7 @@ _LIVE_AFTER = Statement(
     f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq > :seq AND {IN_PROMPT}"
 )
 
+_PLACE = attrgetter("place")
 DEFAULT_LIVE_CACHE_BYTES = 64 * 2**20
 _ROW_OVERHEAD = 900  # bytes a cached row costs beyond its text: its tuple and cells, a message object (tracemalloc)
 
@@ -83,11 +85,13 @@ class CachedLive:
     size: int
     pending: frozenset[int] = frozenset()
     last_seq: int = 0  # the session's, at `stamp`
+    ordered: list[StoredMessage] | None = None  # `shared` in the prompt's order, where it differs (summaries)
 
     @classmethod
     def read(cls, sid: int, stamp: int, rows: list[tuple], last_seq: int) -> CachedLive:
         """An entry of freshly read rows."""
-        return cls(sid, stamp, rows, [stored_message(r, frozen=True) for r in rows], _size(rows), last_seq=last_seq)
+        shared = [stored_message(r, frozen=True) for r in rows]
+        return cls(sid, stamp, rows, shared, _size(rows), last_seq=last_seq, ordered=in_prompt_order(shared))
 
     def patched(self, fresh: list[tuple]) -> CachedLive:
         """This entry with the pending seqs' rows replaced by `fresh` (their live rows, read at `stamp`).
@@ -103,10 +107,20 @@ class CachedLive:
             (bisect_left(rows, seq_column(r), key=seq_column), r) for r in sorted(fresh)
         ]  # rows sort by seq first
         messages = [(i, stored_message(r, frozen=True)) for i, r in places]
-        return replace(self, rows=_with(rows, places), shared=_with(shared, messages), size=size, pending=frozenset())
+        shared = _with(shared, messages)
+        ordered = in_prompt_order(shared) if self.ordered or any(m.place is not None for _, m in messages) else None
+        return replace(self, rows=_with(rows, places), shared=shared, size=size, pending=frozenset(), ordered=ordered)
 
     def messages(self) -> list[StoredMessage]:
-        return self.shared[:]  # a new list, at C speed; the messages (and their metadata) are read-only
+        # A new list, at C speed; the messages (and their metadata) are read-only.
+        return (self.shared if self.ordered is None else self.ordered)[:]
+
+
+def in_prompt_order(messages: list[StoredMessage]) -> list[StoredMessage] | None:
+    """The messages (in seq order) in the prompt's order, where a summary among them moves one; else None."""
+    if not any(map(_PLACE, messages)):  # places are seqs, from 1
+        return None
+    return sorted(messages, key=StoredMessage.prompt_order)
 
 
 def _position(rows: list[tuple], seq: int) -> int:
@@ -229,7 +243,8 @@ class LiveCache:
 def read_live(cache: LiveCache, driver: Driver, name: str, row: SessionRow) -> list[StoredMessage]:
     """The session's live messages through the cache: kept, patched from the rows an own append wrote, or read."""
     if not cache.max_bytes or row.stamp is None:  # no stamp: not written since revision 0003
-        return [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, live_params(row))]
+        messages = [stored_message(r, frozen=True) for r in driver.all(LIVE_MESSAGES, live_params(row))]
+        return in_prompt_order(messages) or messages
     sid = row.session_id
     entry = _current(cache, driver, name, row)
     if entry is None:

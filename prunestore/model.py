@@ -315,6 +315,7 @@ class StoredMessage(Message):
     tokens: int  # as stored: counted by the store's counter, or given
     base: Verdict  # the verdict of passes 1-2 alone: kept, superseded, expired or duplicate
     tokens_given: bool = False  # `tokens` came with the message (`Message.tokens`), not from the counter
+    place: int | None = None  # a summary's place in the prompt: the seq where its span began; None for others
 
     def __post_init__(self) -> None:
         """Rows read back were validated on the way in; skip the checks."""
@@ -325,6 +326,11 @@ class StoredMessage(Message):
     @property
     def live(self) -> bool:
         return self.verdict in LIVE_VERDICTS
+
+    def prompt_order(self) -> tuple[int, bool, int]:
+        """Its sort key in the prompt: by place (a summary stands where its span began, before the message
+        there), then seq (docs/semantics.md, "Summaries")."""
+        return (self.seq if self.place is None else self.place, self.place is None, self.seq)
 
     def to_message(self) -> Message:
         """The plain `Message`, as it was appended."""

@@ -47,8 +47,6 @@ from .sql.driver import Driver, Statement
 from .sql.rows import (
     AUDIT,
     FULL_COLUMNS,
-    HISTORY_COLUMNS,
-    SUMMARY_COLUMNS,
     audited,
     hashed,
     history_point,
@@ -57,7 +55,7 @@ from .sql.rows import (
     sql_set,
     with_length,
 )
-from .sql.session_row import SessionRow
+from .sql.session_row import HISTORY_COLUMNS, SUMMARY_COLUMNS, SessionRow
 from .sql.undo import changed_by_append
 from .whatif import replayed_ledger
 
@@ -123,6 +121,7 @@ _PROMPT_ALL = Statement(
 _OVER_NAMES = Statement("SELECT name FROM prunestore_sessions WHERE prompt_tokens > :budget ORDER BY name LIMIT 20")
 _HOLDER_ROWS = Statement("SELECT content_hash, seq FROM prunestore_hash_holders WHERE session_id = :sid")
 _REF_ROWS = Statement("SELECT key, seq FROM prunestore_refs WHERE session_id = :sid")
+_COVER_ROWS = Statement("SELECT seq, summary_seq FROM prunestore_covers WHERE session_id = :sid")
 
 
 def entry(driver: Driver, session: str, row: SessionRow, message_id: str, policy: Policy) -> Entry:
@@ -384,13 +383,22 @@ def verify(
     stored = [r.message for r in rows]
     mismatches = compare(
         name,
-        (row.current_turn, row.last_seq, *row.prompt.values(), row.prompt.cursor, *row.totals, *row.prompt.breaks()),
+        (
+            row.current_turn,
+            row.last_seq,
+            *row.prompt.values(),
+            row.prompt.cursor,
+            *row.totals,
+            *row.prompt.breaks(),
+            row.summaries,
+        ),
         stored,
-        [(r.content_hash, r.eff_defines, r.eff_refs, r.held) for r in rows],
+        [(r.content_hash, r.eff_defines, r.eff_refs, r.held, r.gaps) for r in rows],
         driver.all(_KEY_ROWS, {"sid": row.session_id}),
         driver.all(_HOLDER_ROWS, {"sid": row.session_id}),
         driver.all(_REF_ROWS, {"sid": row.session_id}),
         driver.all(CALL_ROWS, {"sid": row.session_id}),
+        driver.all(_COVER_ROWS, {"sid": row.session_id}),
         policy,
         count,
     )

@@ -63,7 +63,9 @@ class Erasure:
     verdict moved, as ``id: (before, after)``; `live_added` and
     `live_removed` how the prompt moved (an erased message that was in it is
     in `live_removed`); `at` when it was made (None when it erased nothing,
-    and then it is not kept). `PruneStore.erasures` gives the kept ones back.
+    and then it is not kept); `invalidated` the summaries erased with them,
+    since each stood for an erased message (docs/semantics.md, "Erasure").
+    `PruneStore.erasures` gives the kept ones back.
     """
 
     session: str
@@ -72,6 +74,18 @@ class Erasure:
     live_added: tuple[str, ...] = ()
     live_removed: tuple[str, ...] = ()
     at: datetime | None = None
+    invalidated: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Summarized:
+    """What `PruneStore.summarize` did: the summaries it appended, one per span, in append order; and the
+    spans it could not summarize, each as its ids with what went wrong. Those stay evicted and unsummarized,
+    and the next call offers them again."""
+
+    session: str
+    written: tuple[str, ...] = ()
+    failed: tuple[tuple[tuple[str, ...], str], ...] = ()
 
 
 @dataclass(frozen=True)

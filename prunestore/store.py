@@ -29,9 +29,9 @@ from .errors import (
 )
 from .lifecycle import MESSAGE_AT, cut, fork_into, lock_existing, rebuild_session, recount, seq_of
 from .livecache import DEFAULT_LIVE_CACHE_BYTES, LiveCache, check_cache_bytes
-from .model import Message, StoredMessage
+from .model import Message, Role, StoredMessage
 from .policy import Policy
-from .results import Delta, Erasure
+from .results import Delta, Erasure, Summarized
 from .sql import db
 from .sql.driver import Driver
 from .sql.rows import stored_message
@@ -47,6 +47,7 @@ from .sql.settings import (
     write_settings,
 )
 from .store_reads import StoreReads
+from .summarizing import Summarizer, Summarizing, summarize
 
 __all__ = ["PruneStore", "MAX_SESSION_NAME"]
 
@@ -426,6 +427,11 @@ class PruneStore(StoreReads):
         self.live_cache.forget(name)
         empty_write_ahead_log(self.engine)
         return receipt
+
+    def summarize(self, session: str, summarizer: Summarizer, *, role: Role = "user") -> Summarized:
+        """Append a summary of each span `unsummarized` gives, as `summarizer(span)` writes it
+        (docs/semantics.md, "Summaries"); a span whose summarizer fails stays as it was."""
+        return summarize(self, session, Summarizing(session, role, summarizer))
 
     def fork(self, session: str, at_message_id: str, new_session: str) -> None:
         """Start `new_session` with the messages of `session` up to and including `at_message_id`.

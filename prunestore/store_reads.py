@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from . import catalog, queries, recall, whatif
+from . import catalog, queries, recall, summarizing, whatif
 from .appending import Options, check_ids, check_session_name
 from .erasure import receipts
 from .errors import InvalidArgumentError, InvalidPolicyError, SessionNotFoundError, no_such_message, shorten
@@ -72,7 +72,10 @@ class StoreReads:
         return [session]
 
     def live(self, session: str) -> list[StoredMessage]:
-        """The live messages, in append order: what goes into the prompt.
+        """The live messages, in the prompt's order: what goes into the prompt.
+
+        That is append order, but for each summary, which stands where its span began
+        (docs/semantics.md, "Summaries").
 
         Their metadata is read-only (`prunestore.frozen`): the messages are
         shared between calls. The list is kept in memory (`PruneStore(live_cache_bytes=...)`, see
@@ -254,6 +257,18 @@ class StoreReads:
             high = row.last_seq if last is None else seq_of(driver, session, row, "last", last)
             query = recall.Query.of(key, text, low, high)
             return recall.recall(driver, row.session_id, query, limit)
+
+    def unsummarized(self, session: str) -> list[list[StoredMessage]]:
+        """The evicted messages that no summary stands for, in spans: what to summarize next.
+
+        A span is a run of them in append order that no message in the prompt interrupts, as
+        `PruneResult.unsummarized` gives it (docs/semantics.md, "Summaries"). It reads the session's
+        evicted messages that nothing covers, and its prompt.
+        """
+        with db.transaction(self.engine, f"read session {session!r}", snapshot=True) as driver:
+            row = self._session(driver, session)
+            prompt = read_live(self.live_cache, driver, session, row)
+            return summarizing.unsummarized(driver, row.session_id, prompt)
 
     def session_count(self, prefix: str | None = None) -> int:
         """How many sessions the store holds (whose names start with `prefix`)."""

@@ -125,6 +125,41 @@ SESSIONS_START = datetime(2100, 1, 1, tzinfo=timezone.utc)
 
 
 @st.composite
+def summarized(draw, tokens: list[int | None] | None = None, quiet: bool = False):
+    """A session with summaries added at random places, each covering some earlier messages (summaries too).
+
+    `tokens`: the token counts a summary may be given (None: counted from its text). `quiet`: each summary
+    is said in the turn of the message before it, so its own step moves no turn (the next message's may).
+    """
+    out: list[Message] = []
+    for m in draw(sessions(min_size=4, max_size=24)):
+        earlier = [e.id for e in out if e.role != "erased"]
+        if earlier and draw(st.integers(1, 3)) == 1:
+            covered = draw(st.lists(st.sampled_from(earlier), min_size=1, max_size=6, unique=True))
+            summary = Message(
+                id=f"s{len(out)}",
+                role=draw(st.sampled_from(["user", "assistant", "system"])),
+                content=draw(st.sampled_from(["summary", "a longer summary of what was said REF:k1"])),
+                turn=out[-1].turn if quiet else m.turn,
+                tokens=draw(st.sampled_from(tokens or [None, 0, 1, 3])),
+                at=out[-1].at,  # said with the message before it: no idle gap of its own
+                summarizes=tuple(covered),
+            )
+            out.append(summary)
+        out.append(m)
+    return out
+
+
+def weather_chat(n: int) -> list[Message]:
+    """A system message and `n` turns of a question and an answer, each long enough to weigh under a budget."""
+    ms = [Message("sys", "system", "You are terse.", turn=0)]
+    for t in range(1, n + 1):
+        ms.append(Message(f"u{t}", "user", f"question {t} about the city weather far away", turn=t))
+        ms.append(Message(f"a{t}", "assistant", f"answer {t} that is long enough to weigh", turn=t))
+    return ms
+
+
+@st.composite
 def batches(draw, messages: list[Message]):
     """The messages cut into consecutive batches of random sizes."""
     out, i = [], 0

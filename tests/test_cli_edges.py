@@ -407,7 +407,7 @@ def test_a_damaged_sqlite_file_is_one_line(tmp_path):
         ({**user(2), "session": "a\x00b"}, "line 3: session='a\\x00b': must not contain NUL"),
         ({**user(2), "content": "x" * 300}, "line 3: content="),
         ({**user(2), "content": "REF:" + "k" * 1100}, "line 3: content="),
-        ({**user(2), "summarizes": ["m0"]}, "line 3: summarizes=('m0',): a store does not keep summaries"),
+        ({**user(2), "summarizes": ["m9"]}, "line 3: summarizes='m9': no earlier message of the session has this id"),
     ],
 )
 def test_import_names_the_line_of_a_session_or_content_the_store_refuses(tmp_path, line, needle):

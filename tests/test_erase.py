@@ -154,6 +154,8 @@ def _secret_session(store, session: str) -> list[Message]:
         )
     said.append(Message(id="d1", role="retrieved_doc", content=f"passage {MARKER}", turn=150, tool_key="search"))
     said.append(Message(id="d2", role="retrieved_doc", content=f"passage {MARKER}", turn=150))  # its duplicate
+    # A summary of a span holding a secret: made from what is erased, it is erased with it.
+    said.append(Message(id="sum", role="user", content=f"Earlier: {MARKER} card", turn=150, summarizes=("m4", "m5")))
     for m in said:
         store.append(session, m)
     return said
@@ -168,13 +170,14 @@ def test_no_row_journal_or_file_holds_what_was_erased(open_store, store_url, bac
     other = open_store(Policy(budget=600, clear_at_least=150))  # another process's store, its cache warm
     said = _secret_session(store, "s")
     assert any(MARKER in m.content for m in other.live("s"))
-    secret = [m for m in said if MARKER in m.content]
+    secret = [m for m in said if MARKER in m.content and not m.summarizes]
     receipt = store.erase("s", [m.id for m in secret])
     assert receipt.erased == tuple(m.id for m in secret)
+    assert receipt.invalidated == ("sum",)
     assert not any(MARKER in m.content for m in other.live("s"))
     assert not any(MARKER in m.content for m in store.messages("s"))
     assert store.verify("s").ok
-    hashes = _content_hashes(secret)
+    hashes = _content_hashes(secret + [said[-1]])
 
     if backend.startswith("sqlite"):
         path = Path(sa.make_url(store_url).database)

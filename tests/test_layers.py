@@ -46,6 +46,7 @@ FLOORS = [
         "prunestore.livecache",
         "prunestore.queries",
         "prunestore.recall",
+        "prunestore.summarizing",
         "prunestore.whatif",
     },
     {"prunestore.store_reads", "prunestore.store"},

@@ -11,11 +11,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from helpers import sessions
+from helpers import summarized, weather_chat
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
-from prunestore import InvalidMessageError, Message, Policy, PruneStore, prune
+from prunestore import InvalidMessageError, Message, Policy, prune
 from prunestore.engine.maintainer import Maintainer
 from prunestore.engine.state import NoRows, new_state
 from prunestore.jsonl import parse_line, to_json
@@ -32,32 +31,6 @@ POLICIES = [
     pytest.param(Policy(clear_at_least=6), id="gathered"),
     pytest.param(Policy(), id="no-budget"),
 ]
-
-
-@st.composite
-def summarized(draw, tokens: list[int | None] | None = None, quiet: bool = False):
-    """A session with summaries added at random places, each covering some earlier messages (summaries too).
-
-    `tokens`: the token counts a summary may be given (None: counted from its text). `quiet`: each summary
-    is said in the turn of the message before it, so its own step moves no turn (the next message's may).
-    """
-    out: list[Message] = []
-    for m in draw(sessions(min_size=4, max_size=24)):
-        earlier = [e.id for e in out if e.role != "erased"]
-        if earlier and draw(st.integers(1, 3)) == 1:
-            covered = draw(st.lists(st.sampled_from(earlier), min_size=1, max_size=6, unique=True))
-            summary = Message(
-                id=f"s{len(out)}",
-                role=draw(st.sampled_from(["user", "assistant", "system"])),
-                content=draw(st.sampled_from(["summary", "a longer summary of what was said REF:k1"])),
-                turn=out[-1].turn if quiet else m.turn,
-                tokens=draw(st.sampled_from(tokens or [None, 0, 1, 3])),
-                at=out[-1].at,  # said with the message before it: no idle gap of its own
-                summarizes=tuple(covered),
-            )
-            out.append(summary)
-        out.append(m)
-    return out
 
 
 def _without_summaries(ms: list[Message]) -> list[Message]:
@@ -118,19 +91,11 @@ def test_the_prompt_shows_each_summary_where_its_span_began(policy, ms):
     assert set(order) == {i for i, v in result.verdicts.items() if v in ("kept", "restored", "pending")}
 
 
-def _facts(n: int) -> list[Message]:
-    ms = [Message("sys", "system", "You are terse.", turn=0)]
-    for t in range(1, n + 1):
-        ms.append(Message(f"u{t}", "user", f"question {t} about the city weather far away", turn=t))
-        ms.append(Message(f"a{t}", "assistant", f"answer {t} that is long enough to weigh", turn=t))
-    return ms
-
-
 POLICY = Policy(budget=60, clear_at_least=20)
 
 
 def test_a_summary_joins_where_its_span_began_and_leaves_when_what_it_covers_comes_back():
-    ms = _facts(6)
+    ms = weather_chat(6)
     first = prune(ms, policy=POLICY)
     evicted = [m.id for m in ms if first.verdicts[m.id] == "evicted"]
     assert evicted, "the budget evicts the oldest turns"
@@ -211,16 +176,6 @@ def test_a_summary_survives_the_json_lines_format():
     assert parse_line(json.dumps(line), 1, session_field=False) == (None, summary)
 
 
-def test_a_store_refuses_a_summary_and_stays_as_it_was(tmp_path):
-    with PruneStore(f"sqlite:///{tmp_path / 's.db'}", policy=POLICY) as store:
-        store.append("chat", _facts(2))
-        before = store.messages("chat")
-        summary = Message("s", "user", "summary", turn=3, summarizes=("u1",))
-        with pytest.raises(InvalidMessageError, match=r"summarizes=\('u1',\): a store does not keep summaries"):
-            store.append("chat", [Message("u3", "user", "next", turn=3), summary])
-        assert store.messages("chat") == before
-
-
 @pytest.mark.parametrize("policy", POLICIES)
 @settings(max_examples=60, deadline=None)
 @given(ms=summarized())
@@ -242,6 +197,23 @@ def test_the_incremental_fold_keeps_summaries_as_prune_does(policy, ms):
                 want.late_joins,
             ), count
             assert counters.tokens == sum(message_tokens(count_tokens, m) for m in want.live), count
+
+
+def test_a_new_summary_joins_only_after_what_comes_back_in_its_step():
+    """A summary appended while what it covers is evicted, in the step where a reference brings that back:
+    it is unneeded at once, never in the prompt (not pending), as `prune` has it."""
+    policy = Policy(budget=14, clear_at_least=5)
+    ms = [
+        Message("m1", "user", "alpha passage DEFINE:k1 REF:k1 REF:k1", 0, "search", 0, refs=("k1",)),
+        Message("m2", "retrieved_doc", "alpha passage", 0, "search", 1, refs=("k1",), tokens=9),
+        Message("m3", "retrieved_doc", "alpha passage", 1, "sql", 3, refs=("k1",)),
+        Message("s", "user", "summary", turn=3, summarizes=("m1",)),
+    ]
+    maintainer = Maintainer(NoRows(), policy, 0, 0)
+    for count, message in enumerate(ms, 1):
+        maintainer.append(new_state(message, message_tokens(count_tokens, message)))
+        assert {s.id: s.verdict for s in maintainer.new} == prune(ms[:count], policy=policy).verdicts, count
+    assert maintainer.new[-1].verdict == "unneeded"
 
 
 def test_the_incremental_fold_refuses_a_summary_of_what_it_does_not_hold():

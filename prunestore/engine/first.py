@@ -51,6 +51,7 @@ class FirstAppend:
             state.seq = seq
         self.new = states
         self.last_seq = len(states)
+        self.summaries = 0  # a batch holding a summary is appended by the maintainer
         self.current_turn = max([turn_before] + [s.message.turn for s in states if s.message is not None])
         base, restored = passes(
             states,

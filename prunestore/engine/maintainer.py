@@ -144,17 +144,21 @@ class Maintainer:
         if missing is not None:
             raise InvalidMessageError(
                 f"summarizes={shorten(missing)}: no earlier message of the session has this id "
-                f"(in the summary id={shorten(state.id)})"
+                f"(in the summary id={shorten(state.id)})",
+                message_id=state.id,
             )
         covered = self.messages(sorted(found[i] for i in ids))
         erased = next((c for c in covered if c.role == ERASED), None)
         if erased is not None:
             raise InvalidMessageError(
                 f"summarizes={shorten(erased.id)}: that message was erased, so there is nothing to summarize "
-                f"(in the summary id={shorten(state.id)})"
+                f"(in the summary id={shorten(state.id)})",
+                message_id=state.id,
             )
         for c in covered:
             self._new_covering.setdefault(c.seq, []).append(state)
+        state.covered = tuple(c.seq for c in covered)
+        state.place = min(c.seq if c.place is None else c.place for c in covered)
         self.summaries += 1
         state.gaps = sum(c.evicted for c in covered)
         state.base = KEPT if state.gaps else UNNEEDED

@@ -177,17 +177,18 @@ class PromptKeeper:
         self._touching = {state.seq: before for state, before in touched}
         newly_counting = []
         joined = False
+        summaries = []  # they join once what comes back is in: that may leave them unneeded
         for state, _ in touched:
+            if state.gaps is not None and state.survives and not state.visible and not state.evicted:
+                summaries.append(state)
+                continue
             before = self._touching.pop(state.seq)
-            if not state.survives:
-                state.evicted = False  # dropped by the passes: its verdict says why, not the budget
-            elif not state.visible and not state.evicted:
-                state.visible = True  # new, or needed back: in at once
-                joined |= state.seq != self.index.last_seq
-            self._account(state, before)
+            joined |= self._settle_one(state, before)
             if state.visible and self._counts(state) and not (before[0] and before[2]):
                 newly_counting.append(state)
         came_back = self._bring_back(newly_counting)
+        for state in summaries:
+            joined |= self._settle_one(state, self._touching.pop(state.seq))
 
         policy, counters = self.policy, self.counters
         if counters.late_joins is not None:
@@ -207,6 +208,17 @@ class PromptKeeper:
                 self._evict(target, definers=not definers_last)
                 if definers_last and counters.tokens > target:
                     self._evict(target, definers=True, plain_first=True)
+
+    def _settle_one(self, state: MsgState, before: _Flags) -> bool:
+        """Bring one message the step touched in line with its verdict: whether it joined the prompt late."""
+        joined = False
+        if not state.survives:
+            state.evicted = False  # dropped by the passes: its verdict says why, not the budget
+        elif not state.visible and not state.evicted:
+            state.visible = True  # new, or needed back: in at once
+            joined = state.seq != self.index.last_seq
+        self._account(state, before)
+        return joined
 
     def _bring_back(self, stack: list[MsgState]) -> bool:
         """Evicted definers of what now counts in the prompt come back, and what they need, at once: whether any did."""

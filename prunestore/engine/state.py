@@ -55,6 +55,8 @@ class MsgState:
     # A summary's count of the messages it covers (`Message.summarizes`) that are evicted: while above 0 its
     # base is kept, else unneeded (docs/semantics.md, "Summaries"). None for a message that is no summary.
     gaps: int | None = None
+    place: int | None = None  # a summary's place in the prompt: where its span began (`Maintainer._cover`)
+    covered: tuple[int, ...] = ()  # a summary appended in this transaction: the seqs it covers, to store
 
     @property
     def survives(self) -> bool:

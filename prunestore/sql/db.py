@@ -36,7 +36,7 @@ from ..errors import (
 )
 from . import sqlite_setup
 from .driver import Driver
-from .schema import CALLS, HASH_HOLDERS, KEYS, MESSAGES, REFS, SESSIONS, VERSION_TABLE
+from .schema import CALLS, COVERS, HASH_HOLDERS, KEYS, MESSAGES, REFS, SESSIONS, VERSION_TABLE
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncEngine
@@ -202,7 +202,7 @@ def connection(engine: Engine, action: str, *, write: bool = False) -> Iterator[
 # snapshot follow the partition's commit. ONLY: a partitioned table's partitions need no lock of their own.
 _SNAPSHOT_PG = (
     "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ; LOCK TABLE ONLY "
-    + ", ".join(table.name for table in (SESSIONS, MESSAGES, KEYS, HASH_HOLDERS, REFS, CALLS))
+    + ", ".join(table.name for table in (SESSIONS, MESSAGES, KEYS, HASH_HOLDERS, REFS, CALLS, COVERS))
     + " IN ACCESS SHARE MODE"
 )
 

@@ -10,6 +10,7 @@ restoration that walks further, a removal event) is read as usual.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from .rows import (
     FIRST_HOLDER_AFTER,
     HELD_AFTER,
     IN_PROMPT_BETWEEN,
+    INSERT_COVER,
     INSERT_HOLDER,
     INSERT_MESSAGE,
     INSERT_REF,
@@ -37,7 +39,9 @@ from .rows import (
     MESSAGES_BY_SEQ,
     MESSAGES_PROBING_SEQS_PG,
     PENDING_ROWS,
+    SUMMARIES_COVERING,
     TIME_OF,
+    UPDATE_GAPS,
     UPDATE_VERDICT,
     UPSERT_KEY,
     counted,
@@ -109,8 +113,7 @@ class LockedRows:
         return {m.id: m.seq for m in map(stored_message, rows)}
 
     def summaries_covering(self, seq: int) -> list[MsgState]:
-        """None: a store keeps no summaries (`appending.Options.check` refuses them)."""
-        return []
+        return [msg_state(row) for row in self.driver.all(SUMMARIES_COVERING, {"sid": self.sid, "seq": seq})]
 
     def message_row(
         self,
@@ -147,6 +150,9 @@ class LockedRows:
             int(held),
             journal,
             state.at,
+            json.dumps(m.summarizes, separators=(",", ":")) if m.summarizes else None,
+            state.gaps,
+            state.place,
             *(history or NO_HISTORY),
         )
 
@@ -217,6 +223,7 @@ class LockedRows:
                 ],
             )
             write_refs(self.driver, sid, new)
+            write_covers(self.driver, sid, new)
             write_calls(self.driver, sid, [(s.seq, s.message.metadata) for s in new if s.message is not None])
         if changed:
             run_many(
@@ -226,6 +233,9 @@ class LockedRows:
                     for s in changed
                 ],
             )
+            gaps = [{"sid": sid, "seq": s.seq, "gaps": s.gaps} for s in changed if s.gaps is not None]
+            if gaps:
+                run_many(UPDATE_GAPS, gaps)
         if keys:
             run_many(
                 UPSERT_KEY,
@@ -253,6 +263,13 @@ def write_refs(driver: Driver, sid: int, states: Iterable[MsgState]) -> None:
     rows = [{"sid": sid, "key": key, "seq": s.seq} for s in states for key in s.refs]
     if rows:
         driver.run_many(INSERT_REF, rows)
+
+
+def write_covers(driver: Driver, sid: int, states: Iterable[MsgState]) -> None:
+    """The rows of the index of which summaries cover each message, for the new summaries among these."""
+    rows = [{"sid": sid, "seq": seq, "summary_seq": s.seq} for s in states for seq in s.covered]
+    if rows:
+        driver.run_many(INSERT_COVER, rows)
 
 
 AHEAD_AT_MOST = 16  # messages an append reads ahead for; a larger batch costs its inserts more than its reads

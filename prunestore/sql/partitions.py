@@ -16,11 +16,11 @@ from sqlalchemy.engine import Connection, Engine
 
 from ..errors import InvalidArgumentError, shorten
 from . import db, recall_index
-from .schema import CALLS, HASH_HOLDERS, KEYS, MESSAGES, POSTGRES_INDEXES, REFS, SESSIONS
+from .schema import CALLS, COVERS, HASH_HOLDERS, KEYS, MESSAGES, POSTGRES_INDEXES, REFS, SESSIONS
 
 __all__ = ["partition", "partition_count", "PER_SESSION"]
 
-PER_SESSION = (SESSIONS, MESSAGES, HASH_HOLDERS, KEYS, REFS, CALLS)
+PER_SESSION = (SESSIONS, MESSAGES, HASH_HOLDERS, KEYS, REFS, CALLS, COVERS)
 MAX_PARTITIONS = 1024
 _VIEW = "prunestore_live"
 _COUNT = sa.text(

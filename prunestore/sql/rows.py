@@ -29,12 +29,12 @@ from ..model import (
 )
 from ..results import HistoryPoint, SessionSummary
 from .driver import Statement
-from .session_row import SessionRow
+from .session_row import SESSION_COLUMNS, SESSION_WIDTH, SessionRow
 from .values import decode_content, split_keys
 
 _STATE = (
     "seq, id, role, tool_key, expires_after_turn, eff_defines, eff_refs, content_hash, base, verdict, turn, tokens, "
-    "said_at"
+    "said_at, gaps, place"
 )
 
 
@@ -55,18 +55,20 @@ def message_columns(alias: str = "", content: str | None = None) -> str:
     `content` replaces the content column (an expression that reads part of it).
 
     Fields that are nearly always at their default (escaped content, a TTL,
-    the defines/refs fields, a base equal to the verdict, given tokens, a time) travel in one text
-    column, NULL when all are: reading thousands of rows costs about 0.1 µs a
+    the defines/refs fields, a base equal to the verdict, given tokens, a time, a summary's place and
+    ids) travel in one text column, NULL when all are: reading thousands of rows costs about 0.1 µs a
     column a row in the driver, which showed in `live()`. Keys cannot hold
-    "|", so it can separate them.
+    "|", so it can separate them; the ids (JSON, which may) come last.
     """
     a = f"{alias}." if alias else ""
     rare = (
         f"CASE WHEN {a}content_escaped = 0 AND {a}expires_after_turn IS NULL AND {a}defines = '' AND {a}refs = '' "
-        f"AND {a}base = {a}verdict AND {a}tokens_given = 0 AND {a}said_at IS NULL THEN NULL ELSE "
+        f"AND {a}base = {a}verdict AND {a}tokens_given = 0 AND {a}said_at IS NULL AND {a}summarizes IS NULL "
+        "THEN NULL ELSE "
         f"CAST({a}content_escaped AS TEXT) || '|' || COALESCE(CAST({a}expires_after_turn AS TEXT), '') || '|' || "
         f"{a}defines || '|' || {a}refs || '|' || {a}base || '|' || CAST({a}tokens_given AS TEXT) || '|' || "
-        f"COALESCE(CAST({a}said_at AS TEXT), '') END"
+        f"COALESCE(CAST({a}said_at AS TEXT), '') || '|' || COALESCE(CAST({a}place AS TEXT), '') || '|' || "
+        f"COALESCE({a}summarizes, '') END"
     )
     text = content or f"{a}content"
     return f"{a}seq, {a}id, {a}role, {text}, {a}turn, {a}tool_key, {a}metadata, {a}tokens, {a}verdict, {rare}"
@@ -79,22 +81,12 @@ TOKENS_COLUMN = 7
 _MESSAGE_COLUMNS = (
     "session_id, seq, id, role, content, content_escaped, turn, tool_key, expires_after_turn, "
     "defines, refs, metadata, tokens, tokens_given, content_hash, eff_defines, eff_refs, base, verdict, held, undo, "
-    "said_at, tokens_after, live_tokens_after, events_after, generation_after, cost_after, everything_after"
+    "said_at, summarizes, gaps, place, "
+    "tokens_after, live_tokens_after, events_after, generation_after, cost_after, everything_after"
 )
 
 
-# The session row holds the current turn and last seq: on PostgreSQL a writer that
-# waited for the row lock re-reads the locked row's newest version, while a
-# subquery in the same statement would still see the snapshot from before the wait.
-# Rows are found by id (`sessionids`); the name read with them tells a collision apart.
-_SESSION_COLUMNS = (
-    "session_id, current_turn, last_seq, stamp, prompt_tokens, pending_tokens, events, prompt_cursor, "
-    "comebacks, late_joins, tokens, live_tokens, policy_generation, name, ledger"
-)
-SESSION_WIDTH = 15
-SELECT_SESSION = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid")
-LOCK_SESSION_PG = Statement(f"SELECT {_SESSION_COLUMNS} FROM prunestore_sessions WHERE session_id = :sid FOR UPDATE")
-_WITH_IDS_COLUMNS = "SELECT " + ", ".join("s." + c for c in _SESSION_COLUMNS.split(", ")) + ", " + message_columns("m")
+_WITH_IDS_COLUMNS = "SELECT " + ", ".join("s." + c for c in SESSION_COLUMNS.split(", ")) + ", " + message_columns("m")
 _WITH_IDS = (
     _WITH_IDS_COLUMNS + " FROM prunestore_sessions s LEFT JOIN prunestore_messages m "
     "ON m.session_id = s.session_id AND m.id IN :ids WHERE s.session_id = :sid"
@@ -136,18 +128,6 @@ LOCK_SESSION_PROBING_IDS_PG = Statement(
 )
 MESSAGES_BY_ID = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND id IN :ids")
 ID_AT = Statement("SELECT id FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
-INSERT_SESSION = Statement(
-    "INSERT INTO prunestore_sessions (session_id, name, current_turn, last_seq, stamp, created_at, updated_at, "
-    "policy_generation, comebacks, late_joins) VALUES (:sid, :name, 0, 0, :stamp, :now, :now, :unsettled, 0, 0) "
-    "ON CONFLICT (session_id) DO NOTHING"
-)
-UPDATE_SESSION = Statement(
-    "UPDATE prunestore_sessions SET current_turn = :turn, last_seq = :last_seq, stamp = :stamp, "
-    "prompt_tokens = :prompt_tokens, pending_tokens = :pending_tokens, events = :events, prompt_cursor = :cursor, "
-    "comebacks = :comebacks, late_joins = :late_joins, tokens = :tokens, live_tokens = :live_tokens, "
-    "policy_generation = :generation, ledger = :ledger, updated_at = :now "
-    "WHERE session_id = :sid"
-)
 MESSAGES_BY_SEQ = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 MESSAGES_PROBING_SEQS_PG = Statement(f"SELECT {_STATE} FROM {_probed('seqs', 'seq', 'bigint')}")
 
@@ -185,7 +165,7 @@ LIVE_BY_SEQ = Statement(
 ALL_MESSAGES = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
 # Every message with its derived columns (content hash, effective keys, held), for verify and rebuild.
 AUDIT = Statement(
-    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held FROM prunestore_messages "
+    f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held, gaps FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
 STATES_IN_ORDER = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
@@ -241,6 +221,23 @@ UPDATE_VERDICT = Statement(
     "UPDATE prunestore_messages SET base = :base, verdict = :verdict, held = :held "
     "WHERE session_id = :sid AND seq = :seq"
 )
+# A summary's count of evicted messages it covers (`engine.state.MsgState.gaps`), written as it moves, and
+# counted again from the covers where a cut puts verdicts back.
+UPDATE_GAPS = Statement("UPDATE prunestore_messages SET gaps = :gaps WHERE session_id = :sid AND seq = :seq")
+RECOUNT_GAPS = Statement(
+    "UPDATE prunestore_messages SET gaps = (SELECT count(*) FROM prunestore_covers c JOIN prunestore_messages x "
+    "ON x.session_id = c.session_id AND x.seq = c.seq WHERE c.session_id = :sid "
+    "AND c.summary_seq = prunestore_messages.seq AND x.verdict = 'evicted') "
+    "WHERE session_id = :sid AND gaps IS NOT NULL"
+)
+INSERT_COVER = Statement(
+    "INSERT INTO prunestore_covers (session_id, seq, summary_seq) VALUES (:sid, :seq, :summary_seq)"
+)
+SUMMARIES_COVERING = Statement(
+    "SELECT " + ", ".join("m." + c for c in _STATE.split(", ")) + " FROM prunestore_covers c "
+    "JOIN prunestore_messages m ON m.session_id = c.session_id AND m.seq = c.summary_seq "
+    "WHERE c.session_id = :sid AND c.seq = :seq"
+)
 UPSERT_KEY = Statement(
     "INSERT INTO prunestore_keys (session_id, key, definer_seq, support, kept_refs, evicted_refs) "
     "VALUES (:sid, :key, :definer_seq, :support, :kept_refs, :evicted_refs) "
@@ -272,15 +269,19 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
     refs: tuple[str, ...] = ()
     base = verdict
     given = False
+    summarizes: tuple[str, ...] = ()
+    place: int | None = None
     at = None
     if rare is not None:
-        escaped, ttl, defines_text, refs_text, base, tokens_given, said_at = rare.split("|")
+        escaped, ttl, defines_text, refs_text, base, tokens_given, said_at, place_text, ids = rare.split("|", 8)
         given = tokens_given != "0"
         at = from_micros(int(said_at)) if said_at else None
         if escaped != "0":
             content = decode_content(content, int(escaped))
         expires = int(ttl) if ttl else None
         defines, refs = split_keys(defines_text), split_keys(refs_text)
+        if ids:
+            summarizes, place = tuple(json.loads(ids)), int(place_text)
     message = _new_object(StoredMessage)
     _set_attribute(
         message,
@@ -301,6 +302,8 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
             "base": base,
             "tokens_given": given,
             "at": at,
+            "summarizes": summarizes,
+            "place": place,
         },
     )
     return message
@@ -308,10 +311,21 @@ def stored_message(row, frozen: bool = False) -> StoredMessage:
 
 def session_row(row) -> tuple[SessionRow, str]:
     """A row selected with the session's columns (`SELECT_SESSION` and the locks): the row, and its name."""
-    sid, turn, last_seq, stamp, *prompt, tokens, live, generation, name, ledger = row[:SESSION_WIDTH]
+    sid, turn, last_seq, stamp, *prompt, tokens, live, generation, name, ledger, summaries = row[:SESSION_WIDTH]
     session = SessionRow(sid, turn, last_seq, stamp, PromptCounters(*prompt), Totals(tokens, live), generation)
-    session.ledger = ledger
+    session.ledger, session.summaries = ledger, summaries
     return session, name
+
+
+def session_summary(row) -> SessionSummary:
+    """A row selected with `SUMMARY_COLUMNS`."""
+    summary = SessionSummary(*row[:-1])
+    return summary if row[-1] is None else replace(summary, ledger=Ledger.from_json(row[-1]).totals())
+
+
+def history_point(row) -> HistoryPoint:
+    """A row selected with `HISTORY_COLUMNS`."""
+    return HistoryPoint(*row)
 
 
 def joined_message(row, postgres: bool) -> StoredMessage | None:
@@ -330,29 +344,6 @@ def keyed_message(row) -> tuple[str, StoredMessage]:
     return row[0], stored_message(row[1:])
 
 
-# A session's counts, in the order of `SessionSummary`'s fields, read from its row alone.
-SUMMARY_COLUMNS = (
-    "name, last_seq, tokens, live_tokens, current_turn, events, created_at, updated_at, comebacks, late_joins, ledger"
-)
-
-
-def session_summary(row) -> SessionSummary:
-    """A row selected with `SUMMARY_COLUMNS`."""
-    summary = SessionSummary(*row[:-1])
-    return summary if row[-1] is None else replace(summary, ledger=Ledger.from_json(row[-1]).totals())
-
-
-# One point of a session's history, in the order of `HistoryPoint`'s fields: the columns an append's last message holds.
-HISTORY_COLUMNS = (
-    "seq, turn, tokens_after, live_tokens_after, events_after, generation_after, cost_after, everything_after"
-)
-
-
-def history_point(row) -> HistoryPoint:
-    """A row selected with `HISTORY_COLUMNS`."""
-    return HistoryPoint(*row)
-
-
 class Audited(NamedTuple):
     """A message as `AUDIT` reads it, with its derived columns as stored."""
 
@@ -361,12 +352,13 @@ class Audited(NamedTuple):
     eff_defines: str
     eff_refs: str
     held: bool
+    gaps: int | None
 
 
 def audited(row) -> Audited:
     """A row selected by `AUDIT`."""
-    content_hash, eff_defines, eff_refs, held = row[MESSAGE_WIDTH:]
-    return Audited(stored_message(row[:MESSAGE_WIDTH]), bytes(content_hash), eff_defines, eff_refs, bool(held))
+    content_hash, eff_defines, eff_refs, held, gaps = row[MESSAGE_WIDTH:]
+    return Audited(stored_message(row[:MESSAGE_WIDTH]), bytes(content_hash), eff_defines, eff_refs, bool(held), gaps)
 
 
 def hashed(row) -> tuple[StoredMessage, bytes]:
@@ -415,7 +407,7 @@ def key_with_definer(row) -> tuple[KeyState, MsgState | None]:
 
 
 def msg_state(row) -> MsgState:
-    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens, at = row
+    seq, id_, role, tool_key, expires, defines, refs, content_hash, base, verdict, turn, tokens, at, gaps, place = row
     evicted = verdict == EVICTED
     return MsgState(
         seq=seq,
@@ -433,6 +425,8 @@ def msg_state(row) -> MsgState:
         visible=verdict in LIVE_VERDICTS,
         evicted=evicted,
         at=at,
+        gaps=gaps,
+        place=place,
     )
 
 

@@ -62,6 +62,8 @@ SESSIONS = sa.Table(
     sa.Column("policy_generation", sa.BigInteger, nullable=False, server_default="0"),
     # What its prompts cost so far under the policy's prices (`prunestore.ledger`), as JSON; NULL without prices.
     sa.Column("ledger", sa.Text),
+    # How many of its messages are summaries (`Message.summarizes`): with none, an eviction looks none up.
+    sa.Column("summary_count", sa.BigInteger, nullable=False, server_default="0"),
     # Pages of names; not unique, since a unique index would span every partition or shard.
     sa.Index("prunestore_sessions_name", "name"),
 )
@@ -115,6 +117,11 @@ MESSAGES = sa.Table(
     # sending everything, summed over the turns so far (docs/cost.md); NULL elsewhere.
     sa.Column("cost_after", sa.Float),
     sa.Column("everything_after", sa.Float),
+    # A summary's `Message.summarizes` as JSON, how many of those messages are evicted, and where it stands
+    # in the prompt (its span's first place); NULL for every other message (docs/semantics.md, "Summaries").
+    sa.Column("summarizes", sa.Text),
+    sa.Column("gaps", sa.Integer),
+    sa.Column("place", sa.BigInteger),
     sa.UniqueConstraint("session_id", "id", name="prunestore_messages_session_id_id_key"),
     # Partial indexes: only messages with a tool key or a TTL pay for them.
     _partial_index("prunestore_messages_tool_key", ["session_id", "tool_key", "seq"], "tool_key IS NOT NULL"),
@@ -170,6 +177,17 @@ CALLS = sa.Table(
     sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
     sa.Column("call_id", sa.Text, primary_key=True),
     sa.Column("seq", sa.BigInteger, primary_key=True),
+    sqlite_with_rowid=False,
+)
+
+# The summaries that cover each message: one row per (covered message, summary), written with the summary.
+# What an eviction reads to move the summaries of what it evicted.
+COVERS = sa.Table(
+    "prunestore_covers",
+    metadata,
+    sa.Column("session_id", SESSION_ID, primary_key=True, autoincrement=False),
+    sa.Column("seq", sa.BigInteger, primary_key=True),
+    sa.Column("summary_seq", sa.BigInteger, primary_key=True),
     sqlite_with_rowid=False,
 )
 

@@ -20,14 +20,10 @@ from .driver import Driver, Statement
 from .rows import (
     DEFINERS,
     ID_AT,
-    INSERT_SESSION,
-    LOCK_SESSION_PG,
     LOCK_SESSION_PROBING_IDS_PG,
     LOCK_SESSION_WITH_IDS_PG,
     MESSAGES_BY_ID,
-    SELECT_SESSION,
     SESSION_WITH_IDS,
-    UPDATE_SESSION,
     for_list,
     joined_message,
     keyed_message,
@@ -35,7 +31,7 @@ from .rows import (
     session_row,
     stored_message,
 )
-from .session_row import SessionRow
+from .session_row import INSERT_SESSION, LOCK_SESSION_PG, SELECT_SESSION, UPDATE_SESSION, SessionRow
 from .sessionids import session_id
 
 _T = TypeVar("_T")
@@ -83,6 +79,7 @@ def update_session(
         "live_tokens": totals.live_tokens,
         "generation": session.generation,
         "ledger": session.ledger,
+        "summaries": session.summaries,
         "now": int(time.time()),
     }
     driver.run(UPDATE_SESSION, params)
@@ -205,7 +202,13 @@ class SessionState:
 # The rows a session derives from its messages, and then the rest of its rows, its own row last.
 DELETE_DERIVED = [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
-    for table in ("prunestore_keys", "prunestore_hash_holders", "prunestore_refs", "prunestore_calls")
+    for table in (
+        "prunestore_keys",
+        "prunestore_hash_holders",
+        "prunestore_refs",
+        "prunestore_calls",
+        "prunestore_covers",
+    )
 ]
 _DELETE_SESSION = DELETE_DERIVED + [
     Statement(f"DELETE FROM {table} WHERE session_id = :sid")
