@@ -331,9 +331,15 @@ def test_the_cli_prints_the_kept_receipts(tmp_path):
             "live_added": [],
             "live_removed": ["a"],
             "at": receipt.at.isoformat(),
+            "invalidated": [],
         }
     ]
     result = CliRunner().invoke(main, ["--db", url, "erasures", "s"])
     assert result.output.startswith(f"erased 1 message(s) of s at {receipt.at.isoformat(timespec='seconds')}: a\n")
+    with PruneStore(url) as store:  # a summary of what is erased goes with it, and the receipt says so
+        store.append("s", [Message("b", "user", "hello", turn=1), Message("c", "user", "hi", 1, summarizes=("b",))])
+        store.erase("s", "b")
+    result = CliRunner().invoke(main, ["--db", url, "erasures", "s"])
+    assert "erased 1 message(s) of s" in result.output and "  and 1 summary(ies) made from them: c\n" in result.output
     result = CliRunner().invoke(main, ["--db", url, "erasures", "nope"])
     assert result.exit_code != 0 and "nope" in result.output

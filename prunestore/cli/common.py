@@ -91,6 +91,9 @@ def echo_receipt(receipt: Erasure) -> None:
     when = f" at {receipt.at.isoformat(timespec='seconds')}" if receipt.at else ""
     erased = f"erased {len(receipt.erased)} message(s) of {receipt.session}{when}: {' '.join(receipt.erased)}"
     click.echo(printable(erased))
+    if receipt.invalidated:
+        stale = f"  and {len(receipt.invalidated)} summary(ies) made from them: {' '.join(receipt.invalidated)}"
+        click.echo(printable(stale))
     for message_id, (was, now) in receipt.changed.items():
         click.echo(printable(f"  {message_id}: {was} -> {now}"))
     click.echo(f"  {len(receipt.live_removed)} no longer live, {len(receipt.live_added)} live again")
