@@ -19,8 +19,10 @@ import pytest
 from helpers import summarized, weather_chat
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from providers import anthropic_from_openai, openai_transcripts, validate_anthropic, validate_openai
 
-from prunestore import Message, Policy, PruneStore, prune
+from prunestore import Message, Policy, PruneStore, from_anthropic, from_openai, prune
+from prunestore.formats.plan import plan_prompt
 from prunestore.importer import import_files
 from prunestore.jsonl import to_json
 
@@ -298,3 +300,36 @@ def test_a_sync_store_refuses_an_async_summarizer_and_an_async_store_awaits_it(s
     written = asyncio.run(run())
     assert [list(m.summarizes) for m in written] == spans
     assert written[0].content.startswith("Earlier:")
+
+
+@pytest.mark.parametrize("format", ["openai", "anthropic"])
+@settings(max_examples=25)
+@given(transcript=openai_transcripts(), data=st.data())
+def test_a_summary_never_separates_a_call_from_its_results(open_store, format, transcript, data):
+    """An agent's transcript under a small budget, summarized now and then: every rendered prompt is one the
+    provider accepts, and holds each summary in the prompt."""
+    store = open_store(Policy(budget=40, clear_at_least=10))
+    if format == "openai":
+        messages = from_openai(transcript)
+    else:
+        system, anthropic = anthropic_from_openai(transcript)
+        messages = from_anthropic(anthropic, system)
+    session = f"r{next(_names)}"
+    written = itertools.count()
+    for message in messages:
+        store.append(session, message)
+        if data.draw(st.booleans()):
+            store.summarize(session, lambda span: f"SUMMARY {next(written)} of {len(span)}")
+        rendered = store.render(session, format, dropped=data.draw(st.sampled_from(["omit", "placeholder"])))
+        if format == "openai":
+            validate_openai(rendered.messages, waiting_at_end=True)
+        else:
+            validate_anthropic(rendered.system, rendered.messages, waiting_at_end=True)
+        shown = json.dumps(rendered.messages)
+        live = store.live(session)
+        assert all(m.content in shown for m in live if m.summarizes)
+        # What goes out leads with a message (a call with its results, or any other) in the prompt's order.
+        plan, _, _ = plan_prompt(store.prompt_messages(session).messages, "omit")
+        leaders = [item.message.id for item, _ in plan if item.message.live]
+        assert leaders == [m.id for m in live if m.id in set(leaders)]
+    assert store.verify(session).ok

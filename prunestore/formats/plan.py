@@ -167,7 +167,13 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str, read: Mapping[int
             plan.append((item, answered))
         elif live:
             plan.append((item, []))
+    if any(item.message.place is not None for item, _ in plan):
+        # Each summary where its span began (docs/semantics.md, "Summaries"). A call and its results are one
+        # entry and move as one: a span that begins at a result puts its summary after that call's group,
+        # never between the call and a result.
+        plan.sort(key=lambda entry: entry[0].message.prompt_order())
     return plan, removed, placeholders
+
 
 
 def kept_calls(item: Item, answered: list[Item]) -> list[Call]:
