@@ -175,7 +175,6 @@ def plan_prompt(stored: Sequence[StoredMessage], dropped: str, read: Mapping[int
     return plan, removed, placeholders
 
 
-
 def kept_calls(item: Item, answered: list[Item]) -> list[Call]:
     """The calls of `item` that go out: those with a result in `answered`, and those waiting for theirs."""
     ids = {r.call_id for r in answered} | item.waiting
