@@ -35,7 +35,14 @@ Strategies:
 * the last messages within B tokens (LangChain ``trim_messages``,
   strategy="last", include_system=True, start_on="human");
 * on ``+idle`` workloads, the definers-last budget with ``cache_ttl=300``: a turn
-  after a gap longer than the cache keeps a prompt clears what is pending.
+  after a gap longer than the cache keeps a prompt clears what is pending;
+* the definers-last budget with summaries: after each turn, `PruneStore.summarize`
+  writes one summary per evicted span that nothing stands for yet, by a stand-in
+  summarizer of a fixed size (``--summary-words``, 200 words: no model is called), and
+  each summary stands in the prompt where its span began while its span is out.
+  "evicted represented" is the share of the messages evicted at the last turn that
+  a summary in the prompt stands for (directly, or through an evicted summary that
+  one in the prompt stands for).
 
 A ``+idle`` workload gives each turn a time: 20 to 90 seconds after the one
 before, and one turn in 30 (seeded) after a 15-minute pause, when the
@@ -48,7 +55,7 @@ end for the first time: a restored definer the passes had dropped, a new survivi
 copy of a passage).
 
     python bench/cost.py [--turns 200,1000,2000] [--workloads agent,facts,chat,agent+idle,facts+idle]
-        [--budget 32000] [--clear 16000] [--plot cost.png] [--json]
+        [--budget 32000] [--clear 16000] [--summary-words 200] [--plot cost.png] [--json]
 
 With ``--db URL``, the sessions a store holds (``--sessions a,b``; default
 all) are played instead, turn by turn as they were stored, each message
@@ -102,6 +109,7 @@ class Row:
     facts: int
     facts_kept: int
     seconds: float
+    represented: float | None = None  # with summaries: the share of evicted messages a summary stands for
 
     @property
     def kept_share(self) -> float:
@@ -134,6 +142,40 @@ def prunestore_with(policy: Policy) -> Callable[..., Iterator[Prompt]]:
                 yield [(m.id, False) for m in store.live("s")]
 
     return strategy
+
+
+def with_summaries(policy: Policy, words: int, represented: dict[str, float]) -> Callable[..., Iterator[Prompt]]:
+    """The store's prompts under `policy`, summarizing each evicted span after each turn (a fixed-size text).
+
+    Sets ``represented["share"]`` once the last turn is played.
+    """
+    text = "Summary of earlier messages: " + "detail " * words
+
+    def strategy(turns: Sequence[list[Message]], tokens: dict, budget: int, clear: int) -> Iterator[Prompt]:
+        with PruneStore("sqlite://", policy=policy, tokenizer=sent_tokens) as store:
+            for batch in turns:
+                store.append("s", batch)
+                written = store.summarize("s", lambda span: text).written
+                for summary in store.messages("s", written):
+                    tokens[summary.id] = rendered_tokens(summary.to_message())
+                yield [(m.id, False) for m in store.live("s")]
+            represented["share"] = represented_share(store.messages("s"))
+
+    return strategy
+
+
+def represented_share(messages: list[StoredMessage]) -> float:
+    """Of the evicted messages, the share a summary in the prompt stands for, directly or through evicted ones."""
+    covering: dict[str, list[StoredMessage]] = {}
+    for m in messages:
+        for covered in m.summarizes:
+            covering.setdefault(covered, []).append(m)
+
+    def stands(m: StoredMessage) -> bool:
+        return any(s.live or (s.verdict == "evicted" and stands(s)) for s in covering.get(m.id, []))
+
+    evicted = [m for m in messages if m.verdict == "evicted" and not m.summarizes]
+    return sum(map(stands, evicted)) / len(evicted) if evicted else 1.0
 
 
 def comebacks_at_the_end(policy: Policy) -> Callable[..., Iterator[Prompt]]:
@@ -256,7 +298,8 @@ def measure(workload: str, turns: int, strategy: str, prompts: Iterator[Prompt],
     )
 
 
-def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list[Row]:
+def run(workloads: list[str], sizes: list[int], budget: int, clear: int, words: int) -> list[Row]:
+    represented: dict[str, float] = {}
     strategies: list[tuple[str, Callable[..., Iterator[Prompt]]]] = [
         ("send everything", everything),
         ("prunestore, passes only", prunestore_with(Policy())),
@@ -271,6 +314,10 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
         (
             f"prunestore, budget {budget}, events >= {clear}, definers last, comebacks at the end (priced)",
             comebacks_at_the_end(Policy(budget=budget, clear_at_least=clear, evict="definers_last")),
+        ),
+        (
+            f"prunestore, budget {budget}, events >= {clear}, definers last, summaries of {words} words",
+            with_summaries(Policy(budget=budget, clear_at_least=clear, evict="definers_last"), words, represented),
         ),
         (f"clear tool uses (trigger {budget}, keep {KEEP_TOOL_RESULTS}, >= {clear})", clear_tool_uses),
         (f"last messages within {budget}", trim_last),
@@ -288,6 +335,8 @@ def run(workloads: list[str], sizes: list[int], budget: int, clear: int) -> list
         for name, strategy in [*strategies, ttl] if idle else strategies:
             prompts = strategy(by_turn, tokens, budget, clear)
             rows.append(measure(workload, turns, name, prompts, tokens, session))
+            if represented:
+                rows[-1].represented = represented.pop("share")
             print(f"  {workload} {turns}: {name} done", file=sys.stderr)
     return rows
 
@@ -333,6 +382,7 @@ def table(rows: list[Row]) -> str:
     head = ["workload", "turns", "strategy", "cost", "everything / this", "no cache", "peak", "mean", "breaks"]
     head.append("by event / comeback / new entry")
     head.append("facts kept")
+    head.append("evicted represented")
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     base = {(r.workload, r.turns): r.cost for r in rows if r.strategy == "send everything"}
     for r in rows:
@@ -340,7 +390,8 @@ def table(rows: list[Row]) -> str:
             f"| {r.workload} | {r.turns:,} | {r.strategy} | {r.cost / 1e6:.2f}M | "
             f"{base[r.workload, r.turns] / r.cost:.2f} | {r.uncached / 1e6:.2f}M | {r.peak:,} | {r.mean:,.0f} | "
             f"{r.breaks:,} | {r.event_breaks:,} / {r.comeback_breaks:,} / "
-            f"{r.breaks - r.event_breaks - r.comeback_breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) |"
+            f"{r.breaks - r.event_breaks - r.comeback_breaks:,} | {r.facts_kept:,}/{r.facts:,} ({r.kept_share:.0%}) | "
+            f"{'' if r.represented is None else f'{r.represented:.0%}'} |"
         )
     return "\n".join(lines)
 
@@ -371,6 +422,7 @@ def main() -> None:
     parser.add_argument("--workloads", default="agent,facts,chat")
     parser.add_argument("--budget", type=int, default=32000)
     parser.add_argument("--clear", type=int, default=16000)
+    parser.add_argument("--summary-words", type=int, default=200, help="The stand-in summaries' size, in words.")
     parser.add_argument("--plot", type=Path)
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--db", help="Play the sessions this store holds instead of the workloads.")
@@ -380,7 +432,8 @@ def main() -> None:
         names = args.sessions.split(",") if args.sessions else None
         rows = run_stored(args.db, names, args.budget, args.clear)
     else:
-        rows = run(args.workloads.split(","), [int(t) for t in args.turns.split(",")], args.budget, args.clear)
+        sizes = [int(t) for t in args.turns.split(",")]
+        rows = run(args.workloads.split(","), sizes, args.budget, args.clear, args.summary_words)
     if args.json:
         print(json.dumps([asdict(r) for r in rows], indent=2))
     else:
