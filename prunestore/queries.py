@@ -268,6 +268,7 @@ def _explained(
         pending_tokens=row.prompt.pending,
         evicted_at_turn=evicted_at[0] if evicted_at else None,
         evicted_by=evicted_at[1] if evicted_at else None,
+        summarizes=message.summarizes,
     )
 
 

@@ -120,6 +120,7 @@ class Explanation:
     pending_tokens: int = 0  # the session's, waiting for the next removal event
     evicted_at_turn: int | None = None  # an evicted message: the turn of the append whose removal event evicted it
     evicted_by: str | None = None  # ... and that append's last message (None: not recorded, as in a window)
+    summarizes: tuple[str, ...] = ()  # a summary: the messages it stands for
 
     @property
     def live(self) -> bool:
@@ -150,7 +151,16 @@ class Explanation:
                     ),
                 )
             )
-        if self.base == "kept" and self.verdict != "evicted":
+        if self.summarizes and self.verdict != "evicted":
+            plural = "s" if len(self.summarizes) > 1 else ""
+            what = (("text", "a summary of "), ("number", len(self.summarizes)), ("text", f" message{plural}"))
+            if self.base == "kept":
+                why = ", some of it evicted: it stands where its span began"
+                causes.append(Cause("summary", (("text", "kept: "), *what, ("text", why))))
+            else:
+                why = ", none of it evicted: the prompt has what it stands for"
+                causes.append(Cause("unneeded", (("text", "unneeded: "), *what, ("text", why))))
+        elif self.base == "kept" and self.verdict != "evicted":
             causes.append(Cause("kept", (("text", "kept: nothing supersedes, expires or duplicates it"),)))
         if self.base == "superseded":
             causes.append(

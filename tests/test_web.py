@@ -535,3 +535,46 @@ def test_an_operator_follows_an_erasure_from_the_session_to_its_receipt_and_back
         assert browser.find_element(By.ID, "message-id").text == "addr"
         follow(browser, browser.find_element(By.CSS_SELECTOR, "#erased-by a"))
         assert browser.current_url.endswith("/erasures?session=support#e1")
+
+
+def test_an_operator_unfolds_a_summary_and_follows_its_span_and_its_erasure(tmp_path, browser, shots):
+    url = f"sqlite:///{tmp_path / 'summaries.db'}"
+    with PruneStore(url, policy=Policy(budget=45, clear_at_least=10)) as store:
+        store.append("chat", Message("s", "system", "Be brief.", turn=0))
+        for turn in range(1, 5):
+            store.append(
+                "chat",
+                [
+                    Message(f"q{turn}", "user", f"What was the weather on day {turn}?", turn=turn),
+                    Message(f"a{turn}", "assistant", f"Day {turn} was mild and dry.", turn=turn),
+                ],
+            )
+        (written,) = store.summarize("chat", lambda span: "Earlier days were mild.").written
+        (summary,) = store.messages("chat", [written])
+        live = [m.id for m in store.live("chat")]
+        assert live[1] == written
+    with serving(url) as (base, _):
+        browser.get(session_url(base, "chat"))
+        rows = read_session(browser)
+        assert [r["id"] for r in rows] == [m.id for m in store.messages("chat")]
+        row = browser.find_element(By.ID, f"m{summary.seq}")
+        assert row.get_attribute("data-verdict") == "kept"
+        assert "a summary of 4 messages, some of it evicted" in row.text
+        folded = row.find_element(By.CSS_SELECTOR, "details.span")
+        assert f"stands for 4 messages, where #{summary.place} began" in folded.text
+        assert not folded.find_element(By.CSS_SELECTOR, "a").is_displayed()
+        folded.find_element(By.TAG_NAME, "summary").click()
+        browser.save_screenshot(str(shots / "summary.png"))
+        links = folded.find_elements(By.CSS_SELECTOR, "a")
+        assert [a.text for a in links] == list(summary.summarizes)
+        follow(browser, links[0])
+        assert browser.find_element(By.ID, "message-id").text == "q1"
+
+        browser.get(f"{base}/message?{urlencode({'session': 'chat', 'id': written})}")
+        assert "stands for 4 messages" in browser.find_element(By.ID, "stands-for").text
+        with PruneStore(url) as store:
+            receipt = store.erase("chat", "q2")
+        assert receipt.invalidated == (written,)
+        browser.get(f"{base}/erasures?{urlencode({'session': 'chat'})}")
+        assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "#invalidated-1 a")] == [written]
+        assert "Earlier days were mild." not in browser.page_source
