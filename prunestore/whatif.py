@@ -21,7 +21,7 @@ from .engine.state import MsgState, NoRows
 from .policy import Policy
 from .prices import Prices
 from .sql.driver import Driver
-from .sql.rows import STATES_IN_ORDER, msg_state
+from .sql.rows import STATES_IN_ORDER, replayed_state
 from .sql.session_row import SessionRow
 
 __all__ = ["WhatIf", "what_if"]
@@ -109,7 +109,7 @@ def replay(states: list[MsgState], policy: Policy, prices: Prices) -> tuple[Main
 
 
 def stored_states(driver: Driver, row: SessionRow) -> list[MsgState]:
-    return [msg_state(r) for r in driver.all(STATES_IN_ORDER, {"sid": row.session_id})]
+    return [replayed_state(r) for r in driver.all(STATES_IN_ORDER, {"sid": row.session_id})]
 
 
 def stored_ledger(driver: Driver, row: SessionRow, policy: Policy) -> Ledger:

@@ -39,6 +39,9 @@ POLICIES = [
     pytest.param(Policy(), id="no-budget"),
 ]
 
+# What a policy change moves the stores to: a budget that keeps a ledger of its prompts' cost.
+PRICED = Policy(budget=10, clear_at_least=4, evict="definers_last", prices="anthropic-5m")
+
 
 def check_against_prune(store, session: str, ms: list[Message], *readers) -> None:
     """The stored state of `session` is `prune` over `ms`, as the store and each other reader sees it."""
@@ -55,6 +58,15 @@ def check_against_prune(store, session: str, ms: list[Message], *readers) -> Non
     assert (stats.events, stats.pending_tokens) == (expected.events, expected.pending_tokens)
     assert (stats.comebacks, stats.late_joins) == (expected.comebacks, expected.late_joins)
     assert stats.live_tokens == sum(m.tokens for m in store.live(session))
+
+
+def check_replay(store, session: str) -> None:
+    """`what_if` under the store's own policy replays the session to its stored verdicts, counters and cost."""
+    replayed, stats = store.what_if(session), store.stats(session)
+    assert (replayed.changed, replayed.messages) == (0, stats.messages)
+    assert (replayed.events, replayed.comebacks, replayed.late_joins) == (stats.events, stats.comebacks, stats.late_joins)
+    if store.policy.prices is not None:
+        assert (replayed.cost, replayed.cost_everything) == pytest.approx((stats.cost, stats.cost_everything))
 
 
 def append_in_batches(store, session: str, ms: list[Message], data, *readers) -> None:
@@ -99,6 +111,14 @@ def test_a_store_keeps_summaries_as_prune_does(open_store, policy, data):
     store.rebuild(session)
     check_against_prune(store, session, ms, other)
     assert store.verify(session).ok
+    check_replay(store, session)
+
+    # A policy change replays every session, and one with prices replays its ledger too; then back.
+    store.rebuild(policy=PRICED if policy != PRICED else POLICIES[0].values[0])
+    check_against_prune(store, session, ms, other)
+    assert store.verify(session).ok
+    check_replay(store, session)
+    store.rebuild(policy=policy)
 
     at = data.draw(st.integers(0, len(ms) - 1))
     store.fork(session, ms[at].id, f"{session}-fork")

@@ -136,8 +136,8 @@ class Maintainer:
     def _cover(self, state: MsgState) -> None:
         """Resolve a new summary's `Message.summarizes` to seqs, and count those evicted (docs/semantics.md,
         "Summaries"): its base is kept while any is, else unneeded."""
-        assert state.message is not None, "a summary is appended with its Message"
-        ids = state.message.summarizes
+        ids = state.summarizes
+        assert ids, "a summary names what it covers"
         unknown = [i for i in ids if i not in self._new_seqs]
         found = {**self.rows.seqs_of(unknown), **self._new_seqs} if unknown else self._new_seqs
         missing = next((i for i in ids if i not in found), None)

@@ -57,6 +57,7 @@ class MsgState:
     gaps: int | None = None
     place: int | None = None  # a summary's place in the prompt: where its span began (`Maintainer._cover`)
     covered: tuple[int, ...] = ()  # a summary appended in this transaction: the seqs it covers, to store
+    summarizes: tuple[str, ...] = ()  # a summary's `Message.summarizes`: what an append or a replay resolves
 
     @property
     def survives(self) -> bool:
@@ -97,6 +98,7 @@ def new_state(message: Message, tokens: int) -> MsgState:
         metadata_json=encode_metadata(message.metadata),
         at=None if message.at is None else micros(message.at),
         gaps=0 if message.summarizes else None,
+        summarizes=message.summarizes,
     )
 
 

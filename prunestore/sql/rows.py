@@ -168,7 +168,10 @@ AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held, gaps FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-STATES_IN_ORDER = Statement(f"SELECT {_STATE} FROM prunestore_messages WHERE session_id = :sid ORDER BY seq")
+# A replay's input: each message's state, and what a summary covers (its ids as JSON, else NULL).
+STATES_IN_ORDER = Statement(
+    f"SELECT {_STATE}, summarizes FROM prunestore_messages WHERE session_id = :sid ORDER BY seq"
+)
 ANY_BY_SEQ = Statement(f"SELECT {FULL_COLUMNS} FROM prunestore_messages WHERE session_id = :sid AND seq IN :seqs")
 TIME_OF = Statement("SELECT said_at FROM prunestore_messages WHERE session_id = :sid AND seq = :seq")
 LAST_TIME = Statement("SELECT seq, said_at FROM prunestore_messages WHERE session_id = :sid ORDER BY seq DESC LIMIT 1")
@@ -428,6 +431,14 @@ def msg_state(row) -> MsgState:
         gaps=gaps,
         place=place,
     )
+
+
+def replayed_state(row) -> MsgState:
+    """A row of `STATES_IN_ORDER` as a replay appends it again: the state, and the ids a summary covers."""
+    state = msg_state(row[:-1])
+    if row[-1] is not None:
+        state.summarizes = tuple(json.loads(row[-1]))
+    return state
 
 
 DEFINERS = Statement(
