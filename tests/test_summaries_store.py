@@ -64,7 +64,8 @@ def check_replay(store, session: str) -> None:
     """`what_if` under the store's own policy replays the session to its stored verdicts, counters and cost."""
     replayed, stats = store.what_if(session), store.stats(session)
     assert (replayed.changed, replayed.messages) == (0, stats.messages)
-    assert (replayed.events, replayed.comebacks, replayed.late_joins) == (stats.events, stats.comebacks, stats.late_joins)
+    counters = (stats.events, stats.comebacks, stats.late_joins)
+    assert (replayed.events, replayed.comebacks, replayed.late_joins) == counters
     if store.policy.prices is not None:
         assert (replayed.cost, replayed.cost_everything) == pytest.approx((stats.cost, stats.cost_everything))
 
