@@ -106,6 +106,7 @@ def _state(record: Record) -> tuple[str, MsgState]:
         metadata_json=metadata_json,
         at=None if message.at is None else micros(message.at),
         gaps=0 if message.summarizes else None,
+        summarizes=message.summarizes,
     )
     return session, state
 

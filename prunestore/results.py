@@ -81,7 +81,7 @@ class Erasure:
 class Summarized:
     """What `PruneStore.summarize` did: the summaries it appended, one per span, in append order; and the
     spans it could not summarize, each as its ids with what went wrong. Those stay evicted and unsummarized,
-    and the next call offers them again."""
+    and the next call offers them again. A span that another call summarized meanwhile is in neither."""
 
     session: str
     written: tuple[str, ...] = ()

@@ -89,7 +89,8 @@ class Summarizing:
     def appended(self, span: Span, summary: Summary, exc: BaseException | None) -> None:
         """The summary of `span` was appended, or refused with `exc` (one of `REFUSED`)."""
         if exc is None:
-            self.written.append(summary.id)
+            if not summary.forestalled:
+                self.written.append(summary.id)
         else:
             self.fail(span, exc)
 
@@ -102,19 +103,27 @@ FAILED = object()
 
 class Summary:
     """A summary to append with `append_with`: said in the session's current turn as its lock shows it,
-    since another writer may have moved the session on while the summarizer ran."""
+    since another writer may have moved the session on while the summarizer ran.
+
+    Another call of `summarize` may have summarized some of the span meanwhile: then nothing is appended
+    (`forestalled`), so that each message has one summary whoever calls.
+    """
 
     def __init__(self, summary_id: str, role: Role, text: str, ids: tuple[str, ...]) -> None:
         self.id, self.role, self.text, self.ids = summary_id, role, text, ids
+        self.forestalled = False
 
-    def __call__(self, state: SessionState) -> Message:
-        return Message(self.id, self.role, self.text, state.current_turn, summarizes=self.ids)
+    def __call__(self, state: SessionState) -> list[Message]:
+        self.forestalled = bool(state.summarized(self.ids))
+        if self.forestalled:
+            return []
+        return [Message(self.id, self.role, self.text, state.current_turn, summarizes=self.ids)]
 
 
 class _Store(Protocol):
     def unsummarized(self, session: str) -> list[Span]: ...
 
-    def append_with(self, session: str, build: Callable[[SessionState], Message]) -> object: ...
+    def append_with(self, session: str, build: Callable[[SessionState], list[Message]]) -> object: ...
 
 
 def summarize(store: _Store, session: str, job: Summarizing) -> Summarized:

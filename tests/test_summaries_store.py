@@ -323,6 +323,74 @@ def test_a_sync_store_refuses_an_async_summarizer_and_an_async_store_awaits_it(s
     assert written[0].content.startswith("Earlier:")
 
 
+def _one_summary_each(store, spans: list[list[str]], written: list[str]) -> None:
+    """Each span has one summary, the ids `written` reported, whoever wrote it."""
+    summaries = [m for m in store.messages("chat") if m.summarizes]
+    assert sorted(list(m.summarizes) for m in summaries) == sorted(spans)
+    assert sorted(written) == sorted(m.id for m in summaries)
+    assert store.verify("chat").ok  # (the summaries' tokens may evict more: spans of their own)
+
+
+def test_two_summarize_calls_at_once_write_one_summary_a_span(store_url):
+    """Both calls read the same spans and call their summarizers before either appends: the second to reach
+    each span's lock finds it summarized and appends nothing."""
+    import threading
+
+    from prunestore import PruneStore
+
+    policy = Policy(budget=80, clear_at_least=20)
+    both_read = threading.Barrier(2, timeout=30)
+    with PruneStore(store_url, policy=policy) as first, PruneStore(store_url, policy=policy) as second:
+        spans = _two_spans(first)
+        results = {}
+
+        def call(store, name):
+            def summarizer(span):
+                if span[0].id == spans[0][0]:
+                    both_read.wait()
+                return f"{name}: {len(span)} messages on the weather."
+
+            results[name] = store.summarize("chat", summarizer)
+
+        threads = [threading.Thread(target=call, args=(s, n)) for s, n in ((first, "one"), (second, "two"))]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        assert all(done.failed == () for done in results.values())
+        _one_summary_each(first, spans, [i for done in results.values() for i in done.written])
+
+
+def test_two_async_summarize_calls_at_once_write_one_summary_a_span(store_url):
+    import asyncio
+
+    from prunestore import PruneStore
+    from prunestore.aio import AsyncPruneStore
+
+    policy = Policy(budget=80, clear_at_least=20)
+    with PruneStore(store_url, policy=policy) as store:
+        spans = _two_spans(store)
+
+    async def run():
+        waiting, both_read = [], asyncio.Event()
+
+        async def summarizer(span):
+            if span[0].id == spans[0][0]:
+                waiting.append(span)
+                if len(waiting) == 2:
+                    both_read.set()
+                await asyncio.wait_for(both_read.wait(), 30)
+            return f"Earlier: {len(span)} messages on the weather."
+
+        async with AsyncPruneStore(store_url, policy=policy) as one, AsyncPruneStore(store_url, policy=policy) as two:
+            return await asyncio.gather(one.summarize("chat", summarizer), two.summarize("chat", summarizer))
+
+    results = asyncio.run(run())
+    assert all(done.failed == () for done in results)
+    with PruneStore(store_url, policy=policy) as store:
+        _one_summary_each(store, spans, [i for done in results for i in done.written])
+
+
 @pytest.mark.parametrize("format", ["openai", "anthropic"])
 @settings(max_examples=25)
 @given(transcript=openai_transcripts(), data=st.data())

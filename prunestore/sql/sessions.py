@@ -198,6 +198,18 @@ class SessionState:
             return set()
         return {stored_message(r).id for r in self._driver.chunks(MESSAGES_BY_ID, {"sid": self._sid}, "ids", wanted)}
 
+    def summarized(self, ids: Iterable[str]) -> set[str]:
+        """Which of `ids` a summary of the session covers: a summarizer that ran meanwhile may have written one."""
+        wanted = list(dict.fromkeys(ids))
+        if not wanted or not self.last_seq:
+            return set()
+        return {row[0] for row in self._driver.chunks(_SUMMARIZED_IDS, {"sid": self._sid}, "ids", wanted)}
+
+
+_SUMMARIZED_IDS = Statement(
+    "SELECT DISTINCT m.id FROM prunestore_messages m JOIN prunestore_covers c ON c.session_id = m.session_id "
+    "AND c.seq = m.seq WHERE m.session_id = :sid AND m.id IN :ids"
+)
 
 # The rows a session derives from its messages, and then the rest of its rows, its own row last.
 DELETE_DERIVED = [
