@@ -10,7 +10,9 @@ into the prompt:
   pruned; a call with no result yet stays while only results follow its
   message (its result is on its way), and is removed once any other
   message follows (the conversation went on without it: providers refuse a
-  call without its result);
+  call without its result). Where each call is a message of its own
+  (`Unit.joins`), consecutive calls are one step: parallel calls wait
+  together;
 - a message left with no calls and no content is not sent; a message that
   was empty as given is;
 - a pruned message whose calls have live results is sent with those calls
@@ -49,6 +51,9 @@ class Unit:
     calls: tuple[str, ...] = ()
     answers: str | None = None
     leads: bool = False  # sent only while the message stored right after it is sent
+    # A call stored apart from the calls before it (each Responses call is an item): it joins their step, so
+    # they go on waiting for their results, as parallel calls do.
+    joins: bool = False
 
 
 class Form(Protocol):
@@ -88,7 +93,9 @@ class View:
     owners: dict[int, int] = field(default_factory=dict)  # result seq -> the caller it answers
     answers: dict[int, str] = field(default_factory=dict)  # result seq -> the call id it answers
     latest: dict[str, list[int]] = field(default_factory=dict)  # call id -> seqs of its callers, ascending
-    waiting: int = 0  # the last caller, while only results follow it and some of its calls have none yet
+    # The callers of the conversation's last step (one, or consecutive ones that join), while only results
+    # follow: their calls without a result wait.
+    waiting: list[int] = field(default_factory=list)
     steps: list[int] = field(default_factory=list)  # seqs of the messages that are not results, ascending
     leaders: dict[int, Any] = field(default_factory=dict)  # seq of a message that leads -> its item (None: pruned)
     pending: set[int] = field(default_factory=set)  # seqs of the messages sent until the next removal event
@@ -201,20 +208,35 @@ class View:
             self.answered[caller][unit.answers] = seq  # type: ignore[index]
             self.owners[seq], self.answers[seq], self.live[seq] = caller, unit.answers, False  # type: ignore[assignment]
             return ()
-        abandoned = [self.waiting] if self.waiting else []
         self.steps.append(seq)
-        self.waiting = 0
+        abandoned: list[int] = []
+        if not (unit.calls and unit.joins and self.waiting):
+            abandoned, self.waiting = self.waiting, []
         if unit.calls:
             self.callers[seq], self.answered[seq], self.live[seq] = unit, {}, False
-            self.waiting = seq
+            self.waiting.append(seq)
             for call in unit.calls:
                 self.latest.setdefault(call, []).append(seq)
         return abandoned
 
     @property
     def moved_on(self) -> int:
-        """The seq of the last message that is not a result: calls without a result before it are abandoned."""
+        """The seq where the conversation's last step began: calls without a result before it are abandoned."""
+        if self.waiting:
+            return self.waiting[0]
         return self.steps[-1] if self.steps else 0
+
+    def _last_step(self) -> list[int]:
+        """The callers of the last step, read back from the last message that is not a result."""
+        callers: list[int] = []
+        for seq in reversed(self.steps):
+            unit = self.callers.get(seq)
+            if unit is None:
+                break
+            callers.insert(0, seq)
+            if not unit.joins:
+                break
+        return callers
 
     def _cut(self, last: int) -> None:
         """Forget the messages after seq `last`, as if never applied; costs what is cut.
@@ -249,9 +271,8 @@ class View:
             self.leaders.popitem()
         self.pending = {seq for seq in self.pending if seq <= last}
         self.last_seq = min(self.last_seq, last)
-        last_step = self.moved_on
-        self.waiting = last_step if last_step in self.callers else 0
-        dirty.add(last_step)  # its calls without a result wait again
+        self.waiting = self._last_step()
+        dirty.update(self.waiting or self.steps[-1:])  # their calls without a result wait again
         for seq in sorted(s for s in dirty if s in self.callers and s <= last):
             self._place(seq, self._render(seq, {}))
         self._lead({*dirty, last + 1})
@@ -333,8 +354,8 @@ class ViewLinks:
     def __call__(self, message: StoredMessage) -> tuple[list[str | None], bool]:
         unit = self.form.unit(message)
         self.read[message.seq] = (message, unit)
-        answers = unit.answers is not None and not unit.calls
-        return [*unit.calls, *([unit.answers] if unit.answers is not None else [])], answers
+        continues = (unit.answers is not None and not unit.calls) or (bool(unit.calls) and unit.joins)
+        return [*unit.calls, *([unit.answers] if unit.answers is not None else [])], continues
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,23 @@ def assert_paired(items: list[dict], *, waiting: bool = False) -> None:
     assert waiting or not open_calls
 
 
+def assert_sendable(items: list[dict]) -> None:
+    """A call without its output is one of the last step's: the calls at the end with only outputs after them
+    (parallel calls wait together). (An output may come alone: one whose call the session never held.)"""
+    open_calls: dict[str, int] = {}
+    last_step = 0
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "function_call_output":
+            open_calls.pop(item["call_id"], None)
+            continue
+        if kind != "function_call" or (i and items[i - 1].get("type") not in ("function_call", "function_call_output")):
+            last_step = i
+        if kind == "function_call":
+            open_calls[item["call_id"]] = i
+    assert all(i >= last_step for i in open_calls.values()), items
+
+
 def _calls_sent(model_input) -> list[str]:
     return [i["call_id"] for i in model_input if isinstance(i, dict) and i.get("type") == "function_call"]
 
@@ -226,6 +243,82 @@ def test_a_call_waiting_for_its_output_stays(open_session):
         assert await ours.get_items() == await theirs.get_items() == batch  # a parked approval, say
 
     run(main())
+
+
+HOSTED_CALLS = {
+    "parallel calls, before their outputs": [
+        call("cA").model_dump(exclude_unset=True),
+        call("cB", "/b").model_dump(exclude_unset=True),
+    ],
+    "a tool search and its output": [
+        {"type": "tool_search_call", "call_id": "ts1", "arguments": {"query": "files"}, "execution": "client"},
+        {"type": "tool_search_output", "call_id": "ts1", "tools": [], "execution": "client"},
+    ],
+    "a local shell call and its output, by id": [
+        {
+            "type": "local_shell_call",
+            "id": "lsh_1",
+            "call_id": "sh1",
+            "status": "completed",
+            "action": {"type": "exec", "command": ["ls"], "env": {}},
+        },
+        {"type": "local_shell_call_output", "id": "sh1", "output": "a.csv"},
+    ],
+}
+
+
+@pytest.mark.parametrize("items", HOSTED_CALLS.values(), ids=HOSTED_CALLS.keys())
+def test_calls_stored_as_items_of_their_own_stay_with_their_outputs(open_session, items):
+    """Each call is an item: parallel calls are several, and a call answered by an output of another shape
+    (a tool search's, a local shell's by `id`) stays with it, as an SQLiteSession gives them back."""
+
+    async def main() -> None:
+        ours, theirs = open_session()
+        batch = [{"role": "user", "content": "look around"}, *items]
+        for session in (ours, theirs):
+            await session.add_items(batch)
+        assert await ours.get_items() == await theirs.get_items() == batch
+        more = [{"role": "assistant", "content": "Done."}, {"role": "user", "content": "thanks"}]
+        for session in (ours, theirs):
+            await session.add_items(more)
+        if items[-1]["type"].endswith("_output"):  # answered: the conversation goes on with both
+            assert await ours.get_items() == await theirs.get_items() == batch + more
+
+    run(main())
+
+
+def test_a_run_with_parallel_calls_sends_what_an_sqlite_session_sends(open_session):
+    """The model asks for two calls at once, one of which needs approval: the run stops with both calls
+    stored, and the resumed run and the next one are sent what the SDK's own session sends them."""
+
+    class Parallel(ScriptedModel):
+        async def get_response(self, system_instructions, input, *args, **kwargs) -> ModelResponse:
+            self.inputs.append(input)
+            return ModelResponse(output=list(self.replies.pop(0)), usage=Usage(), response_id=None)
+
+    async def main() -> None:
+        ours, theirs = open_session("agent")
+        sent, held = [], []
+        for session in (ours, theirs):
+            replies = [[removal("rA", "/a/old.csv"), call("cB", "/b")], [say("Done.", "msg_1")], [say("Bye.", "msg_2")]]
+            model = Parallel(replies)
+            agent = Agent(name="files", instructions="You tidy folders.", model=model, tools=[list_files, remove])
+            stopped = await Runner.run(agent, "Tidy both folders.", session=session)
+            held.append(await session.get_items())
+            state = stopped.to_state()
+            state.approve(state.get_interruptions()[0])
+            await Runner.run(agent, state, session=session)
+            await Runner.run(agent, "Thanks.", session=session)
+            sent.append([plain_items(i) for i in model.inputs])
+        assert held[0] == held[1] and {"rA", "cB"} <= {i.get("call_id") for i in held[0]}
+        assert sent[0] == sent[1]
+        assert await ours.get_items() == await theirs.get_items()
+
+    run(main())
+
+
+def plain_items(items) -> list:
+    return [i.model_dump(exclude_unset=True) if hasattr(i, "model_dump") else i for i in items]
 
 
 # -- pruning -------------------------------------------------------------------------------------
@@ -417,6 +510,7 @@ def test_the_cached_items_equal_a_cold_read(store_url, script):
     def read(session: PruneStoreSession) -> list:
         items = run(session.get_items())
         assert all(i.get("type") != "reasoning" for i in items[-1:]), items
+        assert_sendable(items)
         return items
 
     cached_prompt_equals_cold(store_url, PruneStoreSession, lambda s, batch: run(s.add_items(batch)), read, script)

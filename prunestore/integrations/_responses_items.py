@@ -3,7 +3,9 @@ Responses history.
 
 Items are messages, tool calls (``function_call`` and the other ``*_call``
 items) with their ``*_call_output``, and anything else (reasoning, hosted
-tool calls), stored whole and given back as it came. A ``reasoning`` item is
+tool calls), stored whole and given back as it came. Each call is an item of
+its own, so parallel calls are consecutive items, one group waiting for its
+outputs (`views.Unit.joins`). A ``reasoning`` item is
 sent only while the item stored right after it (the call or message it
 preceded) is sent: the Responses API refuses a reasoning item without the
 item that followed it. An output's tool key is its call's tool name plus
@@ -31,7 +33,7 @@ _ROLES: dict[str, Role] = {"user": "user", "system": "system", "developer": "sys
 
 def items_builder(items: list[dict], options: dict[str, Any]) -> Callable[[SessionState], list[Message]]:
     made = {i["call_id"] for i in items if _is_call(i)}
-    answered: list[str] = [i["call_id"] for i in items if _is_output(i) and i["call_id"] not in made]
+    answered: list[str] = [_answered(i) for i in items if _is_output(i) and _answered(i) not in made]
 
     def build(state: SessionState) -> list[Message]:
         importer = importer_after(state, answered, _calls, options)
@@ -40,8 +42,8 @@ def items_builder(items: list[dict], options: dict[str, Any]) -> Callable[[Sessi
             message_id, role = f"item-{seq}", item.get("role")
             if _is_output(item):
                 text, metadata = _pack(item, _output_text(item), "output")
-                message = importer.result(message_id, item["call_id"], text, metadata)
-                out.append(with_call_keys(message, answers=item["call_id"]))
+                message = importer.result(message_id, _answered(item), text, metadata)
+                out.append(with_call_keys(message, answers=_answered(item)))
             elif _is_call(item):
                 name, arguments = _call_of(item)
                 importer.calls[item["call_id"]] = (name, arguments)
@@ -67,9 +69,24 @@ def _is_call(item: dict) -> bool:
     return isinstance(kind, str) and kind.endswith("_call") and isinstance(item.get("call_id"), str)
 
 
+# Outputs whose type does not end in ``_call_output``: a client-side tool search's answers its call too.
+_OTHER_OUTPUTS = frozenset({"tool_search_output"})
+
+
 def _is_output(item: dict) -> bool:
     kind = item.get("type")
-    return isinstance(kind, str) and kind.endswith("_call_output") and isinstance(item.get("call_id"), str)
+    return (
+        isinstance(kind, str)
+        and (kind.endswith("_call_output") or kind in _OTHER_OUTPUTS)
+        and isinstance(_answered(item), str)
+    )
+
+
+def _answered(item: dict) -> Any:
+    """The call id an output answers: its ``call_id``; the API's ``local_shell_call_output`` names it ``id``."""
+    if "call_id" in item or item.get("type") != "local_shell_call_output":
+        return item.get("call_id")
+    return item.get("id")
 
 
 def _call_of(item: dict) -> tuple[str, Any]:
@@ -153,9 +170,9 @@ class _ResponsesItems:
     def unit(self, message: StoredMessage) -> Unit:
         item = freeze(item_of(message))
         if _is_call(item):
-            return Unit(item, calls=(item["call_id"],))
+            return Unit(item, calls=(item["call_id"],), joins=True)
         if _is_output(item):
-            return Unit(item, answers=item["call_id"])
+            return Unit(item, answers=_answered(item))
         return Unit(item, leads=item.get("type") == "reasoning")
 
     def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:

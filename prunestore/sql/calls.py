@@ -36,7 +36,16 @@ _BEFORE = Statement(
 CALL_ROWS = Statement("SELECT call_id, seq FROM prunestore_calls WHERE session_id = :sid")
 
 _ID_KEYS = ("tool_call_id", "tool_use_id", "call_id")  # a result's reference to its call, in any provider's shape
-_CALL_TYPES = ("tool_use", "server_tool_use", "mcp_tool_use", "tool_call", "function_call", "function")
+# Types whose ``id`` is a call id: calls, and the Responses API's local shell output, which names its call so.
+_CALL_TYPES = (
+    "tool_use",
+    "server_tool_use",
+    "mcp_tool_use",
+    "tool_call",
+    "function_call",
+    "function",
+    "local_shell_call_output",
+)
 
 
 def call_ids(metadata: Any) -> set[str]:
@@ -70,7 +79,7 @@ def write_calls(driver: Driver, sid: int, messages: Iterable[tuple[int, Any]]) -
         driver.run_many(INSERT_CALL, rows)
 
 
-Links = Callable[[StoredMessage], tuple[list[str | None], bool]]  # (call ids it names, whether it only answers one)
+Links = Callable[[StoredMessage], tuple[list[str | None], bool]]  # (call ids it names, whether it continues a step)
 
 
 def prompt_rows(driver: Driver, row: SessionRow, links: Links) -> list[tuple[tuple, StoredMessage]] | None:
@@ -78,8 +87,9 @@ def prompt_rows(driver: Driver, row: SessionRow, links: Links) -> list[tuple[tup
     message (decoded once, for the caller too).
 
     `links` is the reader's own reading of a message: the call ids it makes
-    or answers, and whether it only answers (a result), not counting as a
-    turn of the conversation; it is asked once a message. None when a call
+    or answers, and whether it continues the conversation's last step (a
+    result, or a call that joins the calls before it: `views.Unit.joins`)
+    rather than starting one; it is asked once a message. None when a call
     the rows name has no id (the index cannot find it): the caller reads the
     session.
     """
@@ -101,7 +111,7 @@ def prompt_rows(driver: Driver, row: SessionRow, links: Links) -> list[tuple[tup
 
     for r in driver.all(LIVE_MESSAGES, live_params(row)):
         take(r)
-    while seq > 0:  # back to the last message that answers no call: the conversation's last step
+    while seq > 0:  # back to the message that began the conversation's last step
         before = driver.all(_BEFORE, {"sid": sid, "seq": seq})
         if not before or any(not link(take(r))[1] for r in before):
             break
