@@ -18,7 +18,9 @@ into the prompt:
 - a pruned message whose calls have live results is sent with those calls
   only, so no result goes without its call;
 - a message that leads the next one (reasoning before the output it
-  preceded) is sent only while the message stored right after it is sent.
+  preceded) is sent only while the message stored right after it is sent,
+  or, where that is one of parallel calls stored apart, while any of them
+  is: it goes with the last of them.
 
 A result answers the latest call with its call id made before it (providers
 reuse ids). The view keeps, per message that makes or answers calls, only
@@ -292,15 +294,35 @@ class View:
 
     def _lead(self, changed: Iterable[int]) -> None:
         """Place again the leaders of the messages in `changed` (and the leaders themselves), the last first:
-        a leader is sent while it is live and the message after it is sent, which may be a leader too."""
-        todo = {seq for c in changed for seq in (c, c - 1) if seq in self.leaders}
+        a leader is sent while it is live and what it leads is sent (the message after it, which may be a
+        leader too; or any of the parallel calls stored from there on, which share their reasoning)."""
+        todo = {seq for c in changed for seq in (c, self._group_start(c) - 1) if seq in self.leaders}
         while todo:
             seq = max(todo)
             todo.discard(seq)
             item, before = self.leaders[seq], self._sent(seq)
-            self._place(seq, item if item is not None and self._sent(seq + 1) else None)
+            self._place(seq, item if item is not None and any(map(self._sent, self._led(seq))) else None)
             if self._sent(seq) != before and seq - 1 in self.leaders:
                 todo.add(seq - 1)
+
+    def _joins(self, seq: int) -> bool:
+        unit = self.callers.get(seq)
+        return unit is not None and unit.joins
+
+    def _group_start(self, seq: int) -> int:
+        """The first of the calls stored apart that `seq` is one of, consecutive (`seq` itself otherwise)."""
+        while self._joins(seq) and self._joins(seq - 1):
+            seq -= 1
+        return seq
+
+    def _led(self, seq: int) -> Iterable[int]:
+        """What the leader at `seq` leads: the message after it and, when that is a call stored apart, the
+        calls stored consecutively with it."""
+        after = seq + 1
+        yield after
+        while self._joins(after) and self._joins(after + 1):
+            after += 1
+            yield after
 
     def _sent(self, seq: int) -> bool:
         i = bisect_left(self.order, seq)

@@ -472,6 +472,27 @@ def test_a_reasoning_item_is_sent_only_with_the_item_after_it(open_session):
     run(main())
 
 
+def test_parallel_calls_share_their_reasoning_item_until_the_last_goes(open_session):
+    async def main() -> None:
+        session, _ = open_session()
+
+        async def kinds() -> list:
+            return [i.get("id") or i.get("call_id") or i.get("role") for i in await session.get_items()]
+
+        parallel = [call("c1", "/a").model_dump(exclude_unset=True), call("c2", "/b").model_dump(exclude_unset=True)]
+        await session.add_items([{"role": "user", "content": "List both."}, reasoning("rs_1"), *parallel])
+        await session.add_items([output("c1"), output("c2"), {"role": "assistant", "content": "Two folders."}])
+        again = [reasoning("rs_2"), call("c3", "/a").model_dump(exclude_unset=True), output("c3")]
+        await session.add_items([{"role": "user", "content": "The first again."}, *again])
+        # c3 lists /a again: c1 and its output go; rs_1 preceded c2 too, which stays, so it stays
+        assert await kinds() == ["user", "rs_1", "fc_c2", "c2", "assistant", "user", "rs_2", "fc_c3", "c3"]
+        await session.add_items([reasoning("rs_3"), call("c4", "/b").model_dump(exclude_unset=True), output("c4")])
+        # c4 lists /b again: the last call rs_1 preceded goes, and rs_1 with it
+        assert await kinds() == ["user", "assistant", "user", "rs_2", "fc_c3", "c3", "rs_3", "fc_c4", "c4"]
+
+    run(main())
+
+
 @st.composite
 def agent_batches(draw: Any) -> list:
     out: list = []
