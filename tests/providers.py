@@ -56,6 +56,11 @@ def validate_anthropic(system: object, messages: list[dict], *, waiting_at_end: 
             pending = set()
         else:
             assert not any(b["type"] == "tool_result" for b in blocks), f"{n}: a tool result from the assistant"
+            # Extended thinking: an assistant turn with reasoning starts with it (the API refuses a final one
+            # that does not), and reasoning is never sent alone.
+            reasoning = [b["type"] in ("thinking", "redacted_thinking") for b in blocks]
+            assert not any(reasoning) or reasoning[0], f"{n}: reasoning that does not lead its turn"
+            assert not all(reasoning), f"{n}: reasoning alone"
             pending = {b["id"] for b in blocks if b["type"] == "tool_use"}
         previous = role
     assert waiting_at_end or not pending, f"calls {pending} at the end have no result"

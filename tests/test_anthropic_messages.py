@@ -121,6 +121,24 @@ def test_a_superseded_result_goes_with_its_call_and_its_reasoning(store):
     assert store.verify().ok
 
 
+def test_with_extended_thinking_the_last_assistant_turn_starts_with_its_thinking(store):
+    """The model says a word before its call and calls the same tool again in the same loop: the first call
+    is superseded, its thinking stays with its text, and the merged last turn still starts with thinking."""
+    again = {"type": "thinking", "thinking": "Check once more.", "signature": "c2ln"}
+    model = scripted(
+        [
+            reply(THINKING, {"type": "text", "text": "Let me look."}, tool_use("t1", "Paris")),
+            reply(again, tool_use("t2", "Paris")),
+            reply({"type": "text", "text": "Sunny in Paris."}),
+        ]
+    )
+    history = AnthropicHistory("s", store)
+    converse(history, model, ["Weather in Paris?"])  # each request validated: thinking leads its turn
+    last = model.bodies[-1]["messages"]
+    assert [b["type"] for b in last[1]["content"]] == ["thinking", "text", "thinking", "tool_use"]
+    assert last[1]["content"][3]["id"] == "t2"
+
+
 def test_the_reasoning_of_a_call_still_in_the_prompt_is_sent_with_it(store):
     history = AnthropicHistory("s", store, cache=False)
     history.add(

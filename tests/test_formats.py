@@ -260,9 +260,11 @@ def test_a_view_follows_another_stores_appends(caching_stores, transcript, data)
 
 
 @settings(max_examples=40)
-@given(transcript=openai_transcripts(), dropped=st.sampled_from(["omit", "placeholder"]))
-def test_anthropic_transcripts_render_valid_after_every_append(store, transcript, dropped):
+@given(transcript=openai_transcripts(), dropped=st.sampled_from(["omit", "placeholder"]), thinking=st.booleans())
+def test_anthropic_transcripts_render_valid_after_every_append(store, transcript, dropped, thinking):
+    """With extended thinking too: every assistant turn sent with reasoning starts with it."""
     system, messages = anthropic_from_openai(transcript)
+    messages = _with_thinking(messages) if thinking else messages
     session = f"a{next(_names)}"
     prefixes = [messages[: n + 1] for n in range(len(messages))]
     for _ in _appended_incrementally(store, session, prefixes, lambda p: from_anthropic(p, system, **OPTIONS)):
@@ -296,6 +298,27 @@ def test_import_then_render_gives_the_transcript_back_when_nothing_is_pruned(sto
     store.append(session, from_anthropic(messages, system))
     rendered = store.render(session, "anthropic")
     assert (rendered.system, rendered.messages) == (system, messages)
+
+
+def test_anthropic_thinking_stays_while_its_message_has_text_and_leads_the_merged_turn(store):
+    """A call superseded out of `[thinking, text, tool_use]`: the thinking stays with the text, so the assistant
+    turn it merges into still starts with thinking, as the API requires of the last one."""
+
+    def looked(n: int, words: str) -> list[dict]:
+        thinking = {"type": "thinking", "thinking": f"Plan {n}.", "signature": f"sig-{n}"}
+        use = {"type": "tool_use", "id": f"t{n}", "name": "ls", "input": {"path": "/data"}}
+        return [
+            {"role": "assistant", "content": [thinking, {"type": "text", "text": words}, use]},
+            {"role": "user", "content": [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "a.csv"}]},
+        ]
+
+    transcript = [{"role": "user", "content": "What is in /data?"}, *looked(1, "Let me look."), *looked(2, "Again.")]
+    session = f"k{next(_names)}"
+    store.append(session, from_anthropic(transcript))
+    sent = store.render(session, "anthropic").messages
+    first, second = transcript[1]["content"], transcript[3]["content"]
+    assert sent[1] == {"role": "assistant", "content": [first[0], first[1], *second]}  # t1 superseded by t2
+    validate_anthropic(None, sent)
 
 
 def _with_thinking(messages: list[dict]) -> list[dict]:

@@ -109,8 +109,9 @@ def to_anthropic(plan: list[tuple[Item, list[Item]]]) -> tuple[str | list | None
                         for b in as_blocks(item.original["content"])
                         if b.get("type") != "tool_use" or b.get("id") in keep
                     ]
-                    if not keep:  # reasoning goes with the last of the calls it led to, never on its own
-                        content = [b for b in content if b.get("type") not in REASONING_BLOCKS]
+                    said = [b for b in content if b.get("type") not in REASONING_BLOCKS]
+                    if not keep and not said:  # reasoning goes with the last of its calls, never on its own
+                        content = []
                 else:
                     text = assistant_text(item)
                     content = ([{"type": "text", "text": text}] if text else []) + [

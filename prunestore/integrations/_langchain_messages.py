@@ -140,17 +140,16 @@ class _LangChainForm:
 
     def without_calls(self, item: AIMessage, dropped: frozenset[str]) -> AIMessage | None:
         calls = [c for c in item.tool_calls if c.get("id") not in dropped]
-        content = item.content
+        content = said = item.content
         if isinstance(content, list):
             content = [
                 b
                 for b in content
                 if not (isinstance(b, dict) and b.get("type") in _CALL_BLOCKS and b.get("id") in dropped)
             ]
-            if not calls:  # reasoning goes with the last of the calls it led to, never on its own
-                content = [b for b in content if not (isinstance(b, dict) and b.get("type") in _REASONING_BLOCKS)]
-        if not calls and not _text(AIMessage(content=content)).strip() and not _other_blocks(content):
-            return None
+            said = [b for b in content if not (isinstance(b, dict) and b.get("type") in _REASONING_BLOCKS)]
+        if not calls and not _text(AIMessage(content=said)).strip() and not _other_blocks(said):
+            return None  # reasoning stays with the message's text or calls, and goes with the last of them
         kwargs = dict(item.additional_kwargs)
         if "tool_calls" in kwargs:
             kwargs["tool_calls"] = [c for c in kwargs["tool_calls"] if c.get("id") not in dropped]

@@ -288,10 +288,9 @@ class _AnthropicMessages:
 
     def without_calls(self, item: dict, dropped: frozenset[str]) -> dict | None:
         blocks = [b for b in item["content"] if b.get("type") != "tool_use" or b.get("id") not in dropped]
-        if not any(b.get("type") == "tool_use" for b in blocks):  # reasoning goes with the last of its calls
-            blocks = [b for b in blocks if b.get("type") not in REASONING_BLOCKS]
-        if not any(b.get("type") != "text" or b.get("text") for b in blocks):
-            return None
+        said = [b for b in blocks if b.get("type") not in REASONING_BLOCKS]
+        if not any(b.get("type") != "text" or b.get("text") for b in said):
+            return None  # reasoning stays with the message's text or calls, and goes with the last of them
         return freeze({**item, "content": blocks})
 
 
