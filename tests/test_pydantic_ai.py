@@ -239,6 +239,46 @@ def test_an_approval_pause_and_its_resume_append_each_message_once(open_store, s
     ]
 
 
+def test_a_deferred_resume_passed_back_whole_stores_each_return_once(open_store, store_url):
+    """Run 1 calls two tools that need approval and one that does not, and stops; run 2 resumes with the
+    approvals; run 3 is given run 2's whole history, in which Pydantic AI merged run 1's last request and
+    run 2's first into one with no run id. Each return is stored once, and every request is paired."""
+    deletes = [ToolCallPart("delete", {"path": p}, tool_call_id=f"d{n}") for n, p in enumerate(["/a", "/b"])]
+    model = Scripted([[*deletes, *ls_calls(("l1", "/"))], text("Deleted."), text("Bye.")])  # (Pydantic AI merges)
+
+    async def run() -> list[str]:
+        store = open_store()
+        agent = Agent(
+            FunctionModel(model), output_type=[str, DeferredToolRequests], capabilities=[PruneStoreHistory(store)]
+        )
+
+        @agent.tool_plain
+        def ls(path: str) -> str:
+            """List a folder."""
+            return f"{path}: a.csv"
+
+        @agent.tool_plain(requires_approval=True)
+        def delete(path: str) -> str:
+            """Delete a file."""
+            return f"deleted {path}"
+
+        paused = await agent.run("Clean up.", conversation_id="conv")
+        assert isinstance(paused.output, DeferredToolRequests)
+        approved = DeferredToolResults(approvals={"d0": True, "d1": True})
+        resumed = await agent.run(message_history=paused.all_messages(), deferred_tool_results=approved)
+        await agent.run("Thanks.", message_history=resumed.all_messages())
+        stored = await store.messages("conv") if isinstance(store, AsyncPruneStore) else store.messages("conv")
+        return [m.content for m in stored]
+
+    stored = asyncio.run(run())
+    model.close()
+    assert len(stored) == len(set(stored)) == 8, stored  # prompt, calls, 3 returns, answer, prompt, answer
+    returns = [p.tool_call_id for m in model.seen[-1] for p in m.parts if isinstance(p, ToolReturnPart)]
+    assert sorted(returns) == ["d0", "d1", "l1"]  # once each, right after the calls (Scripted checks the pairs)
+    with PruneStore(store_url) as store:
+        assert store.verify("conv").ok
+
+
 def test_a_session_named_by_the_capability(open_store):
     async def run() -> list[str]:
         store = open_store()

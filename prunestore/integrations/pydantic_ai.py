@@ -237,10 +237,17 @@ def _handed_out(message: ModelMessage) -> str | None:
 def _stored_form(
     messages: list[ModelMessage], ids: list[str], options: dict[str, Any]
 ) -> Callable[[SessionState], list[Message]]:
+    made = {
+        p.tool_call_id for m in messages if isinstance(m, ModelResponse) for p in m.parts if isinstance(p, ToolCallPart)
+    }
     answered = [p.tool_call_id for m in messages if isinstance(m, ModelRequest) for p in _returns(m.parts)]
+    earlier = [call_id for call_id in answered if call_id not in made]
 
     def build(state: SessionState) -> list[Message]:
-        importer = importer_after(state, answered, _calls, options)
+        # Pydantic AI merges consecutive requests of two runs into one without a run id, whose id is new: its
+        # returns the session holds already are not stored again.
+        done = state.answered(earlier)
+        importer = importer_after(state, [c for c in answered if c not in done], _calls, options)
         out: list[Message] = []
         for message, message_id in zip(messages, ids, strict=True):
             if isinstance(message, ModelResponse):
@@ -257,6 +264,8 @@ def _stored_form(
                 out.append(with_call_keys(stored, makes=[c.tool_call_id for c in calls]))
                 continue
             for n, parts in enumerate(_pieces(message)):
+                if isinstance(parts[0], ToolReturnPart) and parts[0].tool_call_id in done:
+                    continue
                 piece_id = message_id if n == 0 else f"{message_id}{_PIECE}{n}"
                 metadata = _dumped(dataclasses.replace(message, parts=parts), message_id)
                 if isinstance(parts[0], ToolReturnPart):

@@ -205,6 +205,21 @@ class SessionState:
             return set()
         return {row[0] for row in self._driver.chunks(_SUMMARIZED_IDS, {"sid": self._sid}, "ids", wanted)}
 
+    def answered(self, call_ids: Iterable[str]) -> set[str]:
+        """Which of `call_ids` a stored result answers after the latest stored call with that id (through the
+        index of calls): for writers handed a history that repeats results in another shape."""
+        wanted = list(dict.fromkeys(call_ids))
+        if not wanted or not self.last_seq:
+            return set()
+        return {row[0] for row in self._driver.chunks(_ANSWERED_CALLS, {"sid": self._sid}, "ids", wanted)}
+
+
+_ANSWERED_CALLS = Statement(
+    "SELECT c.call_id FROM prunestore_calls c JOIN prunestore_messages m ON m.session_id = c.session_id "
+    "AND m.seq = c.seq WHERE c.session_id = :sid AND c.call_id IN :ids GROUP BY c.call_id "
+    "HAVING max(CASE WHEN m.role = 'assistant' THEN 0 ELSE c.seq END) "
+    "> max(CASE WHEN m.role = 'assistant' THEN c.seq ELSE 0 END)"
+)
 
 _SUMMARIZED_IDS = Statement(
     "SELECT DISTINCT m.id FROM prunestore_messages m JOIN prunestore_covers c ON c.session_id = m.session_id "
