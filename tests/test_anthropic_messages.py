@@ -289,6 +289,25 @@ def test_the_system_prompt_as_blocks_keeps_a_breakpoint_the_caller_set(store):
     assert AnthropicHistory("s", store, system="").request() == {"messages": history.messages()}
 
 
+@pytest.mark.parametrize("marked", [0, 1, 2, 3])
+def test_a_request_leaves_one_of_the_four_breakpoints_for_tools_whatever_the_system_prompt_holds(store, marked):
+    """The caller's own breakpoints in the system prompt count: ours give way (the system's end first, then the
+    end of what the next event leaves), but the prompt's last block keeps its breakpoint."""
+    system = [{"type": "text", "text": f"Rule {n}.", "cache_control": {"type": "ephemeral"}} for n in range(marked)]
+    history = AnthropicHistory("s", store, system=[*system, {"type": "text", "text": "Be brief."}])
+    history.add([{"role": "user", "content": "Weather?"}, {"role": "assistant", "content": "Where?"}])
+    history.request()  # the first call: the next one finds it cached
+    uses = [tool_use(f"t{n}", f"City {n}") for n in range(20)]
+    results = [{"type": "tool_result", "tool_use_id": f"t{n}", "content": "sun"} for n in range(20)]
+    asked = {"role": "user", "content": "In twenty cities."}
+    history.add([asked, {"role": "assistant", "content": uses}, {"role": "user", "content": results}])
+    body = history.request()
+    assert breakpoints(body) == min(marked + 3, 3 if marked < 3 else marked + 1)
+    assert "cache_control" in body["messages"][-1]["content"][-1]
+    if marked == 0:  # room for all of ours: the system's end, and where the previous call's prompt ended
+        assert "cache_control" in body["system"][-1] and breakpoints({"m": body["messages"]}) == 2
+
+
 def test_a_system_prompt_that_is_not_text_is_refused_by_name(store):
     for bad in (5, [{"type": "image", "source": {}}], ["Rules."]):
         with pytest.raises(InvalidMessageError, match="system="):

@@ -34,7 +34,8 @@ as `OpenAIChatHistory`'s are.
   messages, its last block with a breakpoint of its own (with ``cache``), so
   tools and system stay cached when an event changes the first messages.
   That makes three of the four breakpoints the API allows, one left for the
-  caller's ``tools``.
+  caller's ``tools``; the caller's own breakpoints in ``system`` count, and
+  where they leave no room the system's and then the second give way.
 
 Where nothing was pruned, `messages` is the list of messages as given, with
 consecutive messages of one role merged and the breakpoint added.
@@ -75,6 +76,7 @@ from ._shared import (
 __all__ = ["AnthropicHistory", "ANTHROPIC_MESSAGES"]
 
 _BREAKPOINT = {"type": "ephemeral"}
+_MAX_BREAKPOINTS = 4  # cache_control breakpoints the API takes in one request
 _LOOK_BACK = 20  # blocks the API looks back from a breakpoint for a prefix an earlier request cached
 
 
@@ -153,9 +155,14 @@ class AnthropicHistory(RecallTool):
         if self.system is None:
             return {"messages": messages}
         system = list(self.system)
-        if self.cache and "cache_control" not in system[-1]:  # a breakpoint the caller set (a 1-hour one) stays
+        # The API takes 4 breakpoints: one is left for the caller's tools, and the caller's own in the system
+        # prompt count. Ours go in this order while they fit: the prompt's end, the system prompt's end (one
+        # the caller set there, a 1-hour one say, stays), the end of what the next event leaves.
+        room = _MAX_BREAKPOINTS - 1 - sum("cache_control" in b for b in system)
+        if self.cache and "cache_control" not in system[-1] and room > 1:
             system = _with_breakpoint(system)
-        return {"system": system, "messages": messages}
+            room -= 1
+        return {"system": system, "messages": _within(messages, max(room, 1))}
 
     def _blocking(self) -> PruneStore:
         return blocking(self.store, "aadd / amessages / arequest")
@@ -175,6 +182,21 @@ def _system(system: str | Sequence[Mapping[str, Any]] | None) -> list[dict] | No
 
 def _with_breakpoint(blocks: list) -> list:
     return [*blocks[:-1], {**blocks[-1], "cache_control": dict(_BREAKPOINT)}]
+
+
+def _within(messages: list[dict], room: int) -> list[dict]:
+    """`messages` with at most `room` breakpoints, the earliest taken off first (the prompt's last stays)."""
+    marked = [
+        (i, j) for i, m in enumerate(messages) for j, b in enumerate(_blocks(m["content"])) if "cache_control" in b
+    ]
+    if len(marked) <= room:
+        return messages
+    out = list(messages)
+    for i, j in marked[: len(marked) - room]:
+        blocks = _blocks(out[i]["content"])
+        blocks[j] = {k: v for k, v in blocks[j].items() if k != "cache_control"}
+        out[i] = {"role": out[i]["role"], "content": blocks}
+    return out
 
 
 def _params(messages: Sequence[Mapping[str, Any] | Any]) -> tuple[list[dict], list[Any]]:
