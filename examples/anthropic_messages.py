@@ -5,7 +5,7 @@ then answers. When a city comes up again, the new result supersedes the
 old one, and the old call goes with it (with the model's reasoning about
 it). Run it twice: the session is on disk and goes on.
 
-    pip install anthropic
+    pip install '.[anthropic]'
     python examples/anthropic_messages.py   # PRUNESTORE_URL, else sqlite:///prunestore.db
 """
 

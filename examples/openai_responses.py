@@ -6,7 +6,7 @@ When a folder is listed again, the new output supersedes the old one, and
 the old call goes with it, with the reasoning item that preceded it. Run it
 twice: the session is on disk and goes on.
 
-    pip install openai
+    pip install '.[openai]'
     python examples/openai_responses.py   # PRUNESTORE_URL, else sqlite:///prunestore.db
 """
 

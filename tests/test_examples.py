@@ -195,3 +195,57 @@ def test_every_link_between_the_docs_resolves():
                 if anchor not in headings:
                     broken.append(f"{page.name}: {target} (no such heading)")
     assert not broken, broken
+
+
+def _brought(line: str) -> set[str]:
+    """The distributions a `pip install` line of this project brings, as far as they are installed here (by
+    normalized name): the project's dependencies, its extras' and the other names', transitively."""
+    import tomllib
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    def norm(name: str) -> str:
+        return re.sub(r"[-_.]+", "-", name).lower()
+
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    todo = [Requirement(r) for r in project["dependencies"]]
+    for word in line.split()[2:]:
+        extras = re.fullmatch(r"'?\.(?:\[([\w,-]+)\])?'?", word)
+        if extras is None:
+            todo.append(Requirement(word.strip("'")))
+            continue
+        for extra in (extras.group(1) or "").split(",") if extras.group(1) else []:
+            assert extra in project["optional-dependencies"], f"no extra {extra!r}"
+            todo += [Requirement(r) for r in project["optional-dependencies"][extra]]
+    found: set[str] = set()
+    while todo:
+        requirement = todo.pop()
+        if norm(requirement.name) in found:
+            continue
+        found.add(norm(requirement.name))
+        try:
+            requires = metadata.requires(requirement.name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for text in requires:
+            nested = Requirement(text)
+            if nested.marker is None or any(nested.marker.evaluate({"extra": e}) for e in {*requirement.extras, ""}):
+                todo.append(nested)
+    return found
+
+
+@pytest.mark.parametrize("example", sorted(p.name for p in EXAMPLES.glob("*.py")))
+def test_an_examples_install_line_brings_what_it_imports(example):
+    """What an example imports comes with the install line in its docstring (none: the project alone), so a
+    dependency that stops bringing another (as the OpenAI SDK stopped bringing httpx) fails here."""
+    from importlib import metadata
+
+    source = (EXAMPLES / example).read_text()
+    line = re.search(r"^ *(pip install .*?)(?:  +#.*)?$", source, re.MULTILINE)
+    brought = _brought(line.group(1) if line else "pip install .")
+    distributions = metadata.packages_distributions()
+    imported = set(re.findall(r"^(?:import|from) (\w+)", source, re.MULTILINE)) - set(sys.stdlib_module_names)
+    for module in sorted(imported - {"prunestore"}):
+        names = {re.sub(r"[-_.]+", "-", d).lower() for d in distributions.get(module, [])}
+        assert names & brought, f"{example} imports {module} ({names}); its install line does not bring it"
