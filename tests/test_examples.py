@@ -200,10 +200,11 @@ def test_every_link_between_the_docs_resolves():
 def _brought(line: str) -> set[str]:
     """The distributions a `pip install` line of this project brings, as far as they are installed here (by
     normalized name): the project's dependencies, its extras' and the other names', transitively."""
-    import tomllib
     from importlib import metadata
 
     from packaging.requirements import Requirement
+
+    tomllib = pytest.importorskip("tomllib", reason="Python 3.11 reads pyproject.toml")
 
     def norm(name: str) -> str:
         return re.sub(r"[-_.]+", "-", name).lower()
