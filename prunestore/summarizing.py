@@ -81,7 +81,7 @@ class Summarizing:
         """The summary of `span` written as `text`, for `append_with` (None where it is no text: noted)."""
         if text is FAILED:
             return None
-        if not isinstance(text, str):
+        if not isinstance(text, str) or not text.strip():
             self.fail(span, InvalidArgumentError(f"summarizer: returned {shorten(text)}, not the summary's text"))
             return None
         return Summary(f"summary-{uuid4().hex}", self.role, text, tuple(m.id for m in span))
