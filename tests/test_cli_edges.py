@@ -172,6 +172,36 @@ def test_gzip_files_are_read(cli, store_url, tmp_path):
     one_line_error(cli("import", str(broken), code=2), "broken.jsonl.gz")
 
 
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["recall", "s", "--limit", "0"], "--limit"),
+        (["sessions", "--bogus"], "--bogus"),
+        (["--bogus", "sessions"], "--bogus"),
+        (["nosuch"], "nosuch"),
+        (["policy", "--prices", "cheap"], "--prices"),
+        (["recall"], "SESSION"),
+    ],
+)
+def test_a_usage_error_is_one_line_that_points_to_the_help(cli, args, needle):
+    one_line_error(cli(*args, code=2), needle, "--help)")
+
+
+def test_a_recall_that_finds_nothing_says_so(cli):
+    cli("append", "s", input=json.dumps(user(0)) + "\n")
+    said = cli("recall", "s", "--text", "zebra").stdout
+    assert said == "Nothing matches: no message of session 's' out of the prompt.\n"
+    assert json.loads(cli("recall", "s", "--text", "zebra", "--json").stdout) == []
+
+
+def test_a_question_answered_no_changes_nothing_and_says_so(cli, store_url):
+    cli("append", "s", input=json.dumps(user(0)) + "\n")
+    refused = cli("erase", "s", "m0", input="n\n", code=1)
+    assert refused.stderr.strip().endswith("Nothing done: the answer was no.") and "Aborted" not in refused.output
+    with PruneStore(store_url) as store:
+        assert store.messages("s")[0].role == "user"
+
+
 @pytest.mark.parametrize("size", ["0", "-5"])
 def test_batch_size_must_be_positive(cli, size):
     result = cli("import", "--batch-size", size, str(EXAMPLE), code=2)
@@ -344,20 +374,6 @@ def test_bench_plot_without_matplotlib_fails_before_measuring(monkeypatch, tmp_p
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     monkeypatch.setattr(prunestore.showcase.bench, "compare_per_turn", measured)
     one_line_error(invoke("bench", "--turns", "5", "--plot", str(tmp_path / "p.png")), ".[plot]")
-
-
-# -- extras ------------------------------------------------------------------------
-
-
-def test_each_example_names_an_extra_that_brings_what_it_imports():
-    import tomllib  # type: ignore[import-not-found, unused-ignore]  # Python 3.11+, as the test runs
-
-    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
-    needs = {"openai_agents_session.py": ("openai-agents", {"openai-agents", "sqlalchemy[asyncio]"})}
-    needs["langchain_agent.py"] = ("langchain", {"langchain-core"})
-    for example, (extra, packages) in needs.items():
-        assert f"pip install '.[{extra}]'" in (ROOT / "examples" / example).read_text()
-        assert packages <= {requirement.split(">=")[0] for requirement in extras[extra]}, extra
 
 
 def test_the_async_store_on_sqlite_needs_no_asyncio_driver(monkeypatch, tmp_path):

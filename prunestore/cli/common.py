@@ -64,9 +64,48 @@ def counted(count: int, noun: str) -> str:
 
 
 def confirm(question: str, yes: bool) -> None:
-    """Ask on standard error (standard output may be JSON for a program); Ctrl-C or "no" aborts with status 1."""
-    if not yes:
-        click.confirm(question, abort=True, err=True)
+    """Ask on standard error (standard output may be JSON for a program); Ctrl-C or "no" changes nothing and
+    exits with status 1, saying so in one line."""
+    if yes:
+        return
+    try:
+        agreed = click.confirm(question, err=True)
+    except click.Abort:
+        agreed = False
+        click.echo("", err=True)
+    if not agreed:
+        click.echo("Nothing done: the answer was no.", err=True)
+        sys.exit(1)
+
+
+class OneLineUsage(click.ClickException):
+    """A usage error (an unknown option, a value out of range) as one line, like every other error."""
+
+    exit_code = 2
+
+
+class Commands(click.Group):
+    """The command group; its usage errors and its commands' print one line (``Error: ...``), not click's usage
+    block."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> click.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.UsageError as exc:
+            raise _one_line(exc) from None
+
+
+def _one_line(exc: click.UsageError) -> click.ClickException:
+    if type(exc).__name__ == "NoArgsIsHelpError":  # no command: the help, as click shows it
+        return exc
+    command = exc.ctx.command_path if exc.ctx is not None else "prunestore"
+    return OneLineUsage(f"{exc.format_message()} (see {command} --help)")
 
 
 def open_store(ctx: click.Context, *, reading: bool = False) -> PruneStore:
@@ -154,7 +193,7 @@ def message_rows(messages: list[StoredMessage]) -> None:
     )
 
 
-@click.group(context_settings=CONTEXT)
+@click.group(cls=Commands, context_settings=CONTEXT)
 @click.option(
     "--db",
     "url",

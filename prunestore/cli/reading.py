@@ -145,6 +145,9 @@ def recall(
     """Messages of SESSION out of the prompt (pruned or evicted) that match, the latest ones, in append order."""
     with open_store(ctx, reading=True) as store:
         found = store.recall(session, key=key, text=text, first=first, last=last, limit=limit)
+    if not found and not as_json:
+        click.echo(f"Nothing matches: no message of session {printable(repr(session))} out of the prompt.")
+        return
     _print_messages(found, as_json)
 
 
