@@ -137,6 +137,24 @@ def shorten(value: object, limit: int = 60) -> str:
     return text[: limit - 15] + f"...({len(text)} chars)"
 
 
+# Causes a database names in words of its own, said as a user meets them: what was being done (often a
+# statement's text) says nothing more there.
+_CAUSES = {
+    "attempt to write a readonly database": (
+        "the store cannot be written here: its file, its folder or the disk is read-only (commands that only "
+        "read still work)"
+    ),
+}
+
+
+def database_error(action: str, detail: str) -> DatabaseError:
+    """`DatabaseError` for `action` having failed with the database's `detail` (its first line)."""
+    for words, cause in _CAUSES.items():
+        if words in detail:
+            return DatabaseError(f"{cause} ({detail})")
+    return DatabaseError(f"{action} failed: {detail}")
+
+
 @contextmanager
 def wrap_database_errors(action: str, *also: type[Exception]) -> Iterator[None]:
     """Re-raise SQLAlchemy errors (and those of the types in `also`) as `DatabaseError`, naming what was being done."""
@@ -144,4 +162,4 @@ def wrap_database_errors(action: str, *also: type[Exception]) -> Iterator[None]:
         yield
     except (sa_exc.SQLAlchemyError, *also) as exc:  # type: ignore[misc]
         detail = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
-        raise DatabaseError(f"{action} failed: {detail}") from exc
+        raise database_error(action, detail) from exc

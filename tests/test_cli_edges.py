@@ -129,6 +129,7 @@ def test_a_database_in_a_read_only_folder_can_be_read(tmp_path):
     assert (tmp_path / "append.rc").read_text().strip() == "2"  # a write fails cleanly
     error = (tmp_path / "append.err").read_text()
     assert "readonly database" in error and "Traceback" not in error
+    assert "cannot be written here" in error and "INSERT" not in error  # the cause, not the statement
     assert not (source / "store.db-wal").exists()
 
 
@@ -455,6 +456,30 @@ def test_import_refuses_a_line_longer_than_any_message_before_reading_it_whole(t
 def test_a_url_nothing_can_open_is_one_line(url):
     line = one_line_error(invoke("--db", url, "stats"), "Error:", "url=")
     assert len(line) < 400
+
+
+def test_a_missing_folder_and_a_read_only_store_say_so_not_what_sqlite_was_doing(tmp_path):
+    missing = tmp_path / "no" / "store.db"
+    line = one_line_error(invoke("--db", f"sqlite:///{missing}", "import", str(EXAMPLE)), str(missing.parent))
+    assert "schema" not in line and not missing.parent.exists()
+
+
+def test_a_one_line_file_with_a_bad_message_gets_no_transcript_hint(cli, tmp_path):
+    path = lines_file(tmp_path / "one.jsonl", [{k: v for k, v in user(0).items() if k != "content"}])
+    line = one_line_error(cli("import", str(path), code=2), "line 1: missing field 'content'")
+    assert "transcript" not in line
+
+
+@pytest.mark.parametrize(
+    ("name", "said"),
+    [("nosuch", "not a counter"), ("nosuch_module:f", "cannot be imported"), ("os:sep", "is not a function")],
+)
+def test_a_tokenizer_name_that_names_nothing_is_refused_as_the_callers_choice(tmp_path, name, said):
+    from prunestore import InvalidPolicyError
+
+    with pytest.raises(InvalidPolicyError, match=f"tokenizer='{name}': {said}.*; give one of word_pieces"):
+        PruneStore(f"sqlite:///{tmp_path / 'store.db'}", tokenizer=name)
+    assert not (tmp_path / "store.db").exists()
 
 
 def test_append_names_the_line_of_a_turn_order_or_duplicate_error(cli):

@@ -163,10 +163,12 @@ def import_(
 
 
 def _a_transcript(path: Path) -> bool:
-    """Whether the file is one JSON list or object rather than JSON Lines (read only for an error message)."""
+    """Whether the file is one JSON transcript (a list of messages, or an object that holds them) rather than
+    JSON Lines, whose one line is an object too (read only for an error message)."""
     try:
         with open_bytes(path) as (handle, _raw):
-            return isinstance(json.loads(handle.read().decode("utf-8")), (list, dict))
+            data = json.loads(handle.read().decode("utf-8"))
+            return isinstance(data, list) or (isinstance(data, dict) and "messages" in data)
     except (ValueError, UnicodeDecodeError, RecursionError, OSError, EOFError, zlib.error):
         return False
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from sqlalchemy.engine import Dialect
 
-from ..errors import DatabaseError
+from ..errors import DatabaseError, database_error
 
 _PARAM = re.compile(r"(?<![:\w]):(\w+)")
 _LIST_PARAM = re.compile(r"\bIN :(\w+)")
@@ -96,7 +96,7 @@ class Driver:
             yield
         except self._errors as exc:
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-            raise DatabaseError(f"{action} failed: {detail}") from exc
+            raise database_error(action, detail) from exc
 
     def execute_plain(self, sql: str) -> None:
         """A statement with no parameters and no result (BEGIN, SET ...); the caller wraps its errors."""
@@ -133,7 +133,7 @@ class Driver:
 
     def _fail(self, statement: Statement, exc: Exception) -> DatabaseError:
         detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
-        return DatabaseError(f"{statement.text[:50]}... failed: {detail}")
+        return database_error(f"{statement.text[:50]}...", detail)
 
     def _cursor(self, statement: Statement) -> Any:
         try:

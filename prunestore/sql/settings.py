@@ -17,6 +17,7 @@ from __future__ import annotations
 import importlib
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import cast
 
 from sqlalchemy.engine import Engine
 
@@ -94,19 +95,27 @@ BUILT_IN = {
 def load_tokenizer(name: str) -> Callable[[str], int]:
     """The function recorded as `name` (or a built-in's short name); `TokenizerMismatchError` when this process
     cannot import it, or a built-in cannot load what it needs."""
+    found, failure = _imported(name)
+    if found is None:
+        raise TokenizerMismatchError(
+            f"tokenizer={name!r}: the store's tokens were counted by this function, which {failure}; "
+            "pass it as PruneStore(tokenizer=...)"
+        )
+    return require(found)
+
+
+def _imported(name: str) -> tuple[Callable[[str], int] | None, str | None]:
+    """The function named `name` (an import path or a built-in's short name), or why there is none."""
     module_name, _, qualname = BUILT_IN.get(name, name).partition(":")
     try:
         found: object = importlib.import_module(module_name)
         for part in qualname.split("."):
             found = getattr(found, part)
     except (ImportError, AttributeError, ValueError) as exc:
-        raise TokenizerMismatchError(
-            f"tokenizer={name!r}: the store's tokens were counted by this function, which cannot be imported "
-            f"here ({exc}); pass it as PruneStore(tokenizer=...)"
-        ) from None
+        return None, f"cannot be imported here ({exc})"
     if not callable(found):
-        raise TokenizerMismatchError(f"tokenizer={name!r}: not a function")
-    return require(found)
+        return None, "is not a function"
+    return cast(Callable[[str], int], found), None
 
 
 def chosen_tokenizer(tokenizer: Callable[[str], int] | str | None) -> Callable[[str], int] | None:
@@ -114,7 +123,13 @@ def chosen_tokenizer(tokenizer: Callable[[str], int] | str | None) -> Callable[[
     if tokenizer is None:
         return None
     if isinstance(tokenizer, str):
-        return load_tokenizer(tokenizer)
+        found, failure = _imported(tokenizer) if tokenizer in BUILT_IN or ":" in tokenizer else (None, "")
+        if found is None:
+            raise InvalidPolicyError(
+                f"tokenizer={shorten(tokenizer)}: {failure or 'not a counter'}; give one of {', '.join(BUILT_IN)}, "
+                "a function's import path (module:name) or the function"
+            )
+        return require(found)
     if not callable(tokenizer):
         raise InvalidPolicyError(f"tokenizer={shorten(tokenizer)}: expected a function of a text, or its name")
     return require(tokenizer)
