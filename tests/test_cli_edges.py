@@ -607,7 +607,9 @@ def test_live_tail_and_messages_as_json_lines_that_import_takes_back(cli, tmp_pa
 def test_demo_says_when_its_budget_run_went_over_and_refuses_a_negative_budget_first(cli):
     shown = cli("demo", "--sizes", "20", "--budget", "100", "--clear-at-least", "10")
     assert "over the budget at" in shown.stdout and "0.00M" not in shown.stdout
-    assert re.search(r"cost with a prompt cache .*: [0-9.]+k, against [0-9.]+k sending everything", shown.stdout)
+    assert re.search(r"prompt cache .*, against [0-9.]+k sending everything", shown.stderr)
+    assert re.search(r"the rules alone, as above: [0-9.]+k \([0-9.]+x (less|more)\)", shown.stdout)
+    assert re.search(r"under Policy\(budget=100, clear_at_least=10\): [0-9.]+k \([0-9.]+x less\)", shown.stdout)
     assert re.search(r'with evict="definers_last" .*: [0-9.]+k \([0-9.]+x less\), comebacks \d+ -> \d+', shown.stdout)
     refused = cli("demo", "--sizes", "20", "--budget", "-1", code=2)
     assert refused.stdout == "" and "writing the demo" not in refused.stderr and "--budget" in refused.stderr

@@ -16,20 +16,26 @@ TOKENS = click.IntRange(min=0)
 def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
     from ..showcase.demo import budget_run
 
-    click.echo(f"\nagent-{turns} again, under Policy(budget={budget}, clear_at_least={clear_at_least}):", err=True)
-    r = budget_run(turns, budget, clear_at_least)
+    rules = budget_run(turns, None)
     click.echo(
-        f"  prompt at most {r.peak:,} tokens (mean {r.mean:,.0f}), {r.events} removal events; "
-        f"facts in every turn's prompt: {r.facts_kept}/{r.facts}"
+        f"\nagent-{turns} again, its input priced with a prompt cache (read 0.1, write 1.25 a token), "
+        f"against {_amount(rules.cost_everything)} sending everything:",
+        err=True,
     )
     click.echo(
-        f"  input cost with a prompt cache (read 0.1, write 1.25 a token): {_amount(r.cost)}, "
-        f"against {_amount(r.cost_everything)} sending everything ({r.cost_everything / r.cost:.1f}x less)"
+        f"  the rules alone, as above: {_amount(rules.cost)} ({_times(rules.cost_everything / rules.cost)}): "
+        "each removal rewrites the cached prompt after it, so the rules save tokens, not money, without a budget"
+    )
+    r = budget_run(turns, budget, clear_at_least)
+    click.echo(
+        f"  under Policy(budget={budget}, clear_at_least={clear_at_least}): {_amount(r.cost)} "
+        f"({_times(r.cost_everything / r.cost)}); prompt at most {r.peak:,} tokens (mean {r.mean:,.0f}), "
+        f"{r.events} removal events; facts in every turn's prompt: {r.facts_kept}/{r.facts}"
     )
     last = budget_run(turns, budget, clear_at_least, evict="definers_last")
     click.echo(
         f'  with evict="definers_last" (facts evicted last): {_amount(last.cost)} '
-        f"({last.cost_everything / last.cost:.1f}x less), comebacks {r.comebacks} -> {last.comebacks}; "
+        f"({_times(last.cost_everything / last.cost)}), comebacks {r.comebacks} -> {last.comebacks}; "
         f"facts in every turn's prompt: {last.facts_kept}/{last.facts}"
     )
     if r.over_budget_turns:
@@ -37,6 +43,11 @@ def _demo_budget(turns: int, budget: int, clear_at_least: int) -> None:
             f"  over the budget at {counted(r.over_budget_turns, 'turn')} of {r.turns}: what may not be evicted "
             "(pinned roles, the current turn, what the prompt refers to) exceeded it"
         )
+
+
+def _times(ratio: float) -> str:
+    """A saving against sending everything: "3.0x less", or "1.6x more" where it costs more."""
+    return f"{ratio:.1f}x less" if ratio >= 1 else f"{1 / ratio:.1f}x more"
 
 
 def _amount(tokens: float) -> str:

@@ -113,7 +113,7 @@ class BudgetRow:
 
     workload: str
     turns: int
-    budget: int
+    budget: int | None  # None: the rules alone
     clear_at_least: int
     peak: int
     mean: float
@@ -128,14 +128,19 @@ class BudgetRow:
 
 
 def budget_run(
-    turns: int, budget: int = 32000, clear_at_least: int = 16000, workload: str = "agent", evict: EvictOrder = "oldest"
+    turns: int,
+    budget: int | None = 32000,
+    clear_at_least: int = 16000,
+    workload: str = "agent",
+    evict: EvictOrder = "oldest",
 ) -> BudgetRow:
-    """Play the workload turn by turn on a store in memory with a budget; price its prompts and sending everything."""
+    """Play the workload turn by turn on a store in memory with a budget (None: the rules alone, removals at
+    once); price its prompts and sending everything."""
     generated = generate(workload, turns)
     prompts, everything, history = [], [], []
     definer: dict[str, str] = {}
     facts = kept = 0
-    policy = Policy(budget=budget, clear_at_least=clear_at_least, evict=evict)
+    policy = Policy(budget=budget, clear_at_least=clear_at_least, evict=evict) if budget is not None else Policy()
     with PruneStore("sqlite://", policy=policy) as store:
         for messages in generated.by_turn():
             store.append("budget", messages)
@@ -151,7 +156,7 @@ def budget_run(
                 definer.update((key, m.id) for key in effective_defines(m))
         stats = store.stats("budget")
     ours, theirs = prompt_costs(prompts), prompt_costs(everything)
-    over = sum(sum(tokens for _, tokens in prompt) > budget for prompt in prompts)
+    over = 0 if budget is None else sum(sum(tokens for _, tokens in prompt) > budget for prompt in prompts)
     return BudgetRow(
         workload,
         turns,
