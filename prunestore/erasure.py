@@ -11,8 +11,10 @@ write-ahead log is checkpointed and emptied.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable
 from datetime import datetime, timezone
+from typing import Any
 
 from sqlalchemy.engine import Engine
 
@@ -104,7 +106,7 @@ def _receipt_json(receipt: Erasure) -> str:
 def _receipt_of(name: str, at: int, text: str) -> Erasure:
     fields = json.loads(text)
     changed = {id_: (was, now) for id_, (was, now) in fields.pop("changed").items()}
-    ids = {field: tuple(value) for field, value in fields.items()}
+    ids: dict[str, Any] = {field: tuple(value) for field, value in fields.items()}
     return Erasure(name, changed=changed, at=from_micros(at), **ids)
 
 
@@ -120,13 +122,27 @@ def message_ids(ids: str | Iterable[str]) -> list[str]:
     return wanted
 
 
-def empty_write_ahead_log(engine: Engine) -> None:
+def empty_write_ahead_log(engine: Engine) -> bool:
     """On SQLite, copy the write-ahead log into the database and empty it: its older pages still hold what
-    was erased. Readers holding a snapshot keep it until they finish; the next checkpoint then empties it."""
+    was erased. A reader holding a snapshot keeps the log from being emptied until it finishes: the checkpoint
+    is tried again for up to `_CHECKPOINT_WAIT` seconds. Whether the log is empty (always, off SQLite)."""
     if engine.dialect.name != "sqlite":
-        return
+        return True
     pooled = engine.raw_connection()
+    cursor = pooled.cursor()
+    (timeout,) = cursor.execute("PRAGMA busy_timeout").fetchone()
     try:
-        Driver(pooled.dbapi_connection, engine.dialect).execute_plain("PRAGMA wal_checkpoint(TRUNCATE)")
+        cursor.execute("PRAGMA busy_timeout = 0")  # a busy checkpoint answers at once; this loop waits
+        deadline = time.monotonic() + _CHECKPOINT_WAIT
+        while True:
+            busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            if not busy or time.monotonic() >= deadline:
+                return not busy
+            time.sleep(0.05)
     finally:
+        cursor.execute(f"PRAGMA busy_timeout = {int(timeout)}")
+        cursor.close()
         pooled.close()
+
+
+_CHECKPOINT_WAIT = 1.0  # seconds an erasure waits for readers to let the write-ahead log be emptied

@@ -66,6 +66,12 @@ class Erasure:
     and then it is not kept); `invalidated` the summaries erased with them,
     since each stood for an erased message (docs/semantics.md, "Erasure").
     `PruneStore.erasures` gives the kept ones back.
+
+    `log_kept` is True where, on SQLite, another connection was reading
+    through the erasure, so its write-ahead log (the ``-wal`` file) could not
+    be emptied: the erased bytes stay in that file until those readers finish
+    and a later checkpoint empties it (the next erasure's, or SQLite's own as
+    writes go on). It says what `erase` saw, so kept receipts have it False.
     """
 
     session: str
@@ -75,6 +81,7 @@ class Erasure:
     live_removed: tuple[str, ...] = ()
     at: datetime | None = None
     invalidated: tuple[str, ...] = ()
+    log_kept: bool = False
 
 
 @dataclass(frozen=True)

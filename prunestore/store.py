@@ -425,7 +425,8 @@ class PruneStore(StoreReads):
 
         receipt = self._writing(f"erase from session {name!r}", run, restarts=True)
         self.live_cache.forget(name)
-        empty_write_ahead_log(self.engine)
+        if receipt.erased and not empty_write_ahead_log(self.engine):
+            receipt = replace(receipt, log_kept=True)
         return receipt
 
     def summarize(self, session: str, summarizer: Summarizer, *, role: Role = "user") -> Summarized:

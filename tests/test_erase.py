@@ -197,6 +197,30 @@ def test_no_row_journal_or_file_holds_what_was_erased(open_store, store_url, bac
         assert not any(repr(h) in text or h.hex() in text for h in hashes)
 
 
+@pytest.mark.sqlite
+def test_a_reader_that_keeps_the_write_ahead_log_is_named_in_the_receipt(tmp_path):
+    """While another connection reads, the -wal file cannot be emptied: the receipt says so, and the next
+    erasure, once the reader is gone, empties it."""
+    import sqlite3
+
+    path = tmp_path / "store.db"
+    with PruneStore(f"sqlite:///{path}") as store:
+        store.append(
+            "s", [Message(f"m{i}", "user", f"note {i} {MARKER}" if i == 1 else f"note {i}", i) for i in range(3)]
+        )
+        reader = sqlite3.connect(path)
+        reader.execute("BEGIN")
+        reader.execute("SELECT count(*) FROM prunestore_messages").fetchone()  # a snapshot: the log stays
+        kept = store.erase("s", "m1")
+        assert kept.log_kept and MARKER.encode() in Path(f"{path}-wal").read_bytes()
+        reader.rollback()
+        reader.close()
+        done = store.erase("s", "m2")
+        assert not done.log_kept and not done.erased == () and Path(f"{path}-wal").stat().st_size == 0
+        assert not any(r.log_kept for r in store.erasures("s"))  # what erase saw; kept receipts do not hold it
+    assert MARKER.encode() not in path.read_bytes()
+
+
 def test_erasing_a_call_keeps_the_rendered_prompt_valid(store):
     call = {
         "role": "assistant",

@@ -136,6 +136,12 @@ def echo_receipt(receipt: Erasure) -> None:
     for message_id, (was, now) in receipt.changed.items():
         click.echo(printable(f"  {message_id}: {was} -> {now}"))
     click.echo(f"  {len(receipt.live_removed)} no longer live, {len(receipt.live_added)} live again")
+    if receipt.log_kept:
+        click.echo(
+            "  another connection was reading: the erased bytes stay in the store's -wal file until it finishes "
+            "and a later checkpoint empties the file",
+            err=True,
+        )
 
 
 # Control characters (NUL, ESC, ...) and the bidirectional overrides that could
