@@ -130,12 +130,14 @@ def empty_write_ahead_log(engine: Engine) -> bool:
         return True
     pooled = engine.raw_connection()
     cursor = pooled.cursor()
-    (timeout,) = cursor.execute("PRAGMA busy_timeout").fetchone()
+    cursor.execute("PRAGMA busy_timeout")
+    (timeout,) = cursor.fetchone() or (0,)
     try:
         cursor.execute("PRAGMA busy_timeout = 0")  # a busy checkpoint answers at once; this loop waits
         deadline = time.monotonic() + _CHECKPOINT_WAIT
         while True:
-            busy, _, _ = cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+            cursor.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+            busy, _, _ = cursor.fetchone() or (0, 0, 0)
             if not busy or time.monotonic() >= deadline:
                 return not busy
             time.sleep(0.05)

@@ -120,9 +120,13 @@ def echo_json(value: Any) -> None:
     click.echo(json.dumps(value, ensure_ascii=False, indent=2, default=str))
 
 
-def receipt_json(receipt: Erasure) -> dict[str, Any]:
-    """An erasure's receipt as JSON: its fields, the time in ISO 8601."""
-    return {**asdict(receipt), "at": receipt.at.isoformat() if receipt.at else None}
+def receipt_json(receipt: Erasure, *, just_made: bool = False) -> dict[str, Any]:
+    """An erasure's receipt as JSON: its fields, the time in ISO 8601; `log_kept` for one `erase` just made
+    (a kept receipt does not hold it)."""
+    fields = {**asdict(receipt), "at": receipt.at.isoformat() if receipt.at else None}
+    if not just_made:
+        del fields["log_kept"]
+    return fields
 
 
 def echo_receipt(receipt: Erasure) -> None:

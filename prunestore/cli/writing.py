@@ -307,7 +307,7 @@ def erase(ctx: click.Context, session: str, message_ids: tuple[str, ...], yes: b
     with open_store(ctx) as store:
         receipt = store.erase(session, message_ids)
     if as_json:
-        echo_json(receipt_json(receipt))
+        echo_json(receipt_json(receipt, just_made=True))
         return
     echo_receipt(receipt)
 

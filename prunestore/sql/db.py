@@ -206,6 +206,25 @@ _SNAPSHOT_PG = (
     + ", ".join(table.name for table in (SESSIONS, MESSAGES, KEYS, HASH_HOLDERS, REFS, CALLS, COVERS))
     + " IN ACCESS SHARE MODE"
 )
+# On Citus, where `db partition` does not run, a lock of the distributed tables would lock every shard on
+# every node: a snapshot there is the isolation level alone.
+_SNAPSHOT_CITUS = "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ"
+_CITUS = "SELECT EXISTS (SELECT 1 FROM pg_extension WHERE extname = 'citus')"
+
+
+def _snapshot_statement(pooled: Any, driver: Driver) -> str:
+    """The statement that begins a snapshot read on this connection: asked of the server once a connection."""
+    known = pooled.info.get("prunestore_snapshot")
+    if known is None:
+        cursor = driver.raw.cursor()
+        try:
+            cursor.execute(_CITUS)
+            (citus,) = cursor.fetchone()
+        finally:
+            cursor.close()
+        driver.raw.rollback()  # the snapshot's statement must begin its transaction
+        known = pooled.info["prunestore_snapshot"] = _SNAPSHOT_CITUS if citus else _SNAPSHOT_PG
+    return known
 
 
 @contextmanager
@@ -235,7 +254,7 @@ def transaction(
             if engine.dialect.name == "sqlite":
                 driver.execute_plain("BEGIN IMMEDIATE" if write else "BEGIN")
             elif snapshot:
-                driver.execute_plain(_SNAPSHOT_PG)
+                driver.execute_plain(_snapshot_statement(pooled, driver))
         if pipelined and driver.can_pipeline:
             with _pipelined(driver, action):
                 yield driver
