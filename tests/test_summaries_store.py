@@ -25,6 +25,7 @@ from prunestore import Message, Policy, PruneStore, from_anthropic, from_openai,
 from prunestore.formats.plan import plan_prompt
 from prunestore.importer import import_files
 from prunestore.jsonl import to_json
+from prunestore.prices import PRICES
 
 BOTH_APIS = True
 
@@ -40,7 +41,7 @@ POLICIES = [
 ]
 
 # What a policy change moves the stores to: a budget that keeps a ledger of its prompts' cost.
-PRICED = Policy(budget=10, clear_at_least=4, evict="definers_last", prices="anthropic-5m")
+PRICED = Policy(budget=10, clear_at_least=4, evict="definers_last", prices=PRICES["anthropic-5m"])
 
 
 def check_against_prune(store, session: str, ms: list[Message], *readers) -> None:

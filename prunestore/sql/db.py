@@ -423,12 +423,12 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
     Without `create`, a database that holds no store (or a SQLite file that
     does not exist) raises `StoreNotFoundError` and is left as it was.
     """
-    folder = _missing_sqlite_folder(engine)
-    if folder is not None:
+    path = None if in_memory(str(engine.url)) else sqlite_setup.store_file(engine)
+    if path is not None and not path.exists() and not path.absolute().parent.is_dir():  # SQLite: "cannot open"
         raise InvalidArgumentError(
-            f"url={shown_url(str(engine.url))!r}: there is no folder {str(folder)!r} to hold the store's file"
+            f"url={shown_url(str(engine.url))!r}: there is no folder {str(path.absolute().parent)!r} to hold it"
         )
-    if not create and not _sqlite_file_exists(engine):
+    if not create and path is not None and not path.exists():
         raise StoreNotFoundError(f"url={shown_url(str(engine.url))!r}: no such file, so no store to read")
     with connection(engine, "read schema version") as conn:
         current = current_revision(conn)
@@ -438,29 +438,3 @@ def ensure_schema(engine: Engine, *, create: bool = True) -> None:
         )
     if current != head_revision():
         upgrade(engine)
-
-
-def _sqlite_path(engine: Engine) -> Path | None:
-    """The file of a SQLite store (None for another backend, or one in memory)."""
-    if engine.dialect.name != "sqlite" or in_memory(str(engine.url)):
-        return None
-    path = engine.url.database or ""
-    if path.startswith("file:"):
-        path = path[len("file:") :].split("?", 1)[0]
-    return Path(path)
-
-
-def _sqlite_file_exists(engine: Engine) -> bool:
-    """False only for a SQLite file that is not there (opening it would create it)."""
-    path = _sqlite_path(engine)
-    return path is None or path.exists()
-
-
-def _missing_sqlite_folder(engine: Engine) -> Path | None:
-    """The folder a SQLite store's file would be in, where there is none (SQLite says only that it cannot open
-    the file)."""
-    path = _sqlite_path(engine)
-    if path is None or path.exists():
-        return None
-    folder = path.absolute().parent
-    return None if folder.is_dir() else folder

@@ -168,7 +168,7 @@ AUDIT = Statement(
     f"SELECT {FULL_COLUMNS}, content_hash, eff_defines, eff_refs, held, gaps FROM prunestore_messages "
     "WHERE session_id = :sid ORDER BY seq"
 )
-# A replay's input: each message's state, and what a summary covers (its ids as JSON, else NULL).
+# A replay's input: each message's state, and the ids a summary covers (JSON, else NULL).
 STATES_IN_ORDER = Statement(
     f"SELECT {_STATE}, summarizes FROM prunestore_messages WHERE session_id = :sid ORDER BY seq"
 )
@@ -378,6 +378,8 @@ def with_length(row) -> tuple[StoredMessage, bytes, int]:
 
 # Columns of a row selected with `FULL_COLUMNS`, as getters (they run per row on the cold read paths).
 seq_column = itemgetter(0)
+
+
 content_column = itemgetter(3)
 metadata_column = itemgetter(6)  # the metadata as stored (JSON text), or None
 
@@ -434,10 +436,9 @@ def msg_state(row) -> MsgState:
 
 
 def replayed_state(row) -> MsgState:
-    """A row of `STATES_IN_ORDER` as a replay appends it again: the state, and the ids a summary covers."""
+    """A row of `STATES_IN_ORDER`: the state, with the ids a summary covers (which a replay resolves)."""
     state = msg_state(row[:-1])
-    if row[-1] is not None:
-        state.summarizes = tuple(json.loads(row[-1]))
+    state.summarizes = () if row[-1] is None else tuple(json.loads(row[-1]))
     return state
 
 

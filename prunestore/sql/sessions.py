@@ -203,7 +203,7 @@ class SessionState:
         wanted = list(dict.fromkeys(ids))
         if not wanted or not self.last_seq:
             return set()
-        return {row[0] for row in self._driver.chunks(_SUMMARIZED_IDS, {"sid": self._sid}, "ids", wanted)}
+        return {message_id for (message_id,) in self._driver.chunks(_SUMMARIZED_IDS, {"sid": self._sid}, "ids", wanted)}
 
     def answered(self, call_ids: Iterable[str]) -> set[str]:
         """Which of `call_ids` a stored result answers after the latest stored call with that id (through the
@@ -211,7 +211,7 @@ class SessionState:
         wanted = list(dict.fromkeys(call_ids))
         if not wanted or not self.last_seq:
             return set()
-        return {row[0] for row in self._driver.chunks(_ANSWERED_CALLS, {"sid": self._sid}, "ids", wanted)}
+        return {call_id for (call_id,) in self._driver.chunks(_ANSWERED_CALLS, {"sid": self._sid}, "ids", wanted)}
 
 
 _ANSWERED_CALLS = Statement(

@@ -9,6 +9,8 @@ where a store has one.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from sqlalchemy import event
 from sqlalchemy.engine import Connection, Engine
 
@@ -43,3 +45,11 @@ def configure(engine: Engine, *, read_only: bool = False) -> None:
         cursor = raw.cursor()
         cursor.execute("BEGIN IMMEDIATE" if write else "BEGIN")
         cursor.close()
+
+
+def store_file(engine: Engine) -> Path | None:
+    """The file of a SQLite store on disk (None for another backend)."""
+    if engine.dialect.name != "sqlite":
+        return None
+    path = engine.url.database or ""
+    return Path(path[len("file:") :] if path.startswith("file:") else path)
