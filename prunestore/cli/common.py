@@ -102,7 +102,7 @@ class Commands(click.Group):
 
 
 def _one_line(exc: click.UsageError) -> click.ClickException:
-    if type(exc).__name__ == "NoArgsIsHelpError":  # no command: the help, as click shows it
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):  # no command: the help, as click shows it
         return exc
     command = exc.ctx.command_path if exc.ctx is not None else "prunestore"
     return OneLineUsage(f"{exc.format_message()} (see {command} --help)")

@@ -200,18 +200,19 @@ class SessionState:
 
     def summarized(self, ids: Iterable[str]) -> set[str]:
         """Which of `ids` a summary of the session covers: a summarizer that ran meanwhile may have written one."""
-        wanted = list(dict.fromkeys(ids))
-        if not wanted or not self.last_seq:
-            return set()
-        return {message_id for (message_id,) in self._driver.chunks(_SUMMARIZED_IDS, {"sid": self._sid}, "ids", wanted)}
+        return self._found(_SUMMARIZED_IDS, ids)
 
     def answered(self, call_ids: Iterable[str]) -> set[str]:
         """Which of `call_ids` a stored result answers after the latest stored call with that id (through the
         index of calls): for writers handed a history that repeats results in another shape."""
-        wanted = list(dict.fromkeys(call_ids))
+        return self._found(_ANSWERED_CALLS, call_ids)
+
+    def _found(self, statement: Statement, values: Iterable[str]) -> set[str]:
+        """The values of the list parameter ``ids`` that `statement`, of one column, gives back."""
+        wanted = list(dict.fromkeys(values))
         if not wanted or not self.last_seq:
             return set()
-        return {call_id for (call_id,) in self._driver.chunks(_ANSWERED_CALLS, {"sid": self._sid}, "ids", wanted)}
+        return {value for (value,) in self._driver.chunks(statement, {"sid": self._sid}, "ids", wanted)}
 
 
 _ANSWERED_CALLS = Statement(

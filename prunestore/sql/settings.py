@@ -123,10 +123,11 @@ def chosen_tokenizer(tokenizer: Callable[[str], int] | str | None) -> Callable[[
     if tokenizer is None:
         return None
     if isinstance(tokenizer, str):
-        found, failure = _imported(tokenizer) if tokenizer in BUILT_IN or ":" in tokenizer else (None, "")
+        named = tokenizer in BUILT_IN or ":" in tokenizer
+        found, failure = _imported(tokenizer) if named else (None, "not a counter")
         if found is None:
             raise InvalidPolicyError(
-                f"tokenizer={shorten(tokenizer)}: {failure or 'not a counter'}; give one of {', '.join(BUILT_IN)}, "
+                f"tokenizer={shorten(tokenizer)}: {failure}; give one of {', '.join(BUILT_IN)}, "
                 "a function's import path (module:name) or the function"
             )
         return require(found)
